@@ -1,0 +1,79 @@
+"""EngineCore: one instance = scheduler + KV cache + model runner, stepped by the LLM."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..config import EngineConfig
+from ..model.llama import LlamaForCausalLM, allocate_kv_cache
+from .block_manager import BlockAllocator, cdiv
+from .outputs import ModelRunnerOutput, SchedulerOutput
+from .request import Request
+from .scheduler import Scheduler
+
+
+@dataclass
+class StepRecord:
+    instance: str           # "colocated" | "prefill" | "decode"
+    step: int
+    t_start: float          # perf_counter seconds
+    t_end: float
+    num_reqs: int
+    num_tokens: int
+    num_new_reqs: int
+    dispatch_key: tuple
+
+
+class EngineCore:
+    def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM,
+                 draft_model: LlamaForCausalLM | None, max_model_len: int, name: str,
+                 stop_checker: Callable[[Request], None] | None = None) -> None:
+        from ..v1.model_runner import ModelRunnerV1
+        from ..v2.model_runner import ModelRunnerV2
+
+        self.cfg, self.model, self.name, self.max_model_len = cfg, model, name, max_model_len
+        k, bs = cfg.num_speculative_tokens, cfg.block_size
+        self.max_blocks_per_req = cdiv(max_model_len + k, bs)
+        num_blocks = cfg.num_kv_blocks or cfg.max_num_seqs * self.max_blocks_per_req
+        self.allocator = BlockAllocator(num_blocks, bs)
+        dev, dt = cfg.torch_device, cfg.torch_dtype
+        self.kv_caches = allocate_kv_cache(model.config, num_blocks, bs, dt, dev)
+        draft = None
+        if draft_model is not None:
+            self.draft_kv_caches = allocate_kv_cache(draft_model.config, num_blocks, bs, dt, dev)
+            draft = (draft_model, self.draft_kv_caches)
+        else:
+            self.draft_kv_caches = []
+        runner_cls = ModelRunnerV2 if cfg.runner == "v2" else ModelRunnerV1
+        self.runner = runner_cls(cfg, model, self.kv_caches, max_model_len,
+                                 self.max_blocks_per_req, draft)
+        self.scheduler = Scheduler(
+            max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_model_len=max_model_len, allocator=self.allocator, num_lookahead_tokens=k,
+            stop_checker=stop_checker)
+        self.step_records: list[StepRecord] = []
+        self.step_callbacks: list[Callable[["EngineCore", SchedulerOutput, ModelRunnerOutput], None]] = []
+
+    def warmup(self) -> None:
+        from ..warmup import run_warmup
+        run_warmup(self)
+
+    def step(self) -> list[Request]:
+        """One scheduler step; returns the requests that finished in it."""
+        t0 = time.perf_counter()
+        sched = self.scheduler.schedule(now=t0)
+        out = self.runner.execute_model(sched)
+        t1 = time.perf_counter()
+        finished = self.scheduler.update_from_output(sched, out, t1)
+        self.step_records.append(StepRecord(
+            self.name, len(self.step_records), t0, t1, len(out.req_ids),
+            sched.total_num_scheduled_tokens, len(sched.scheduled_new_reqs), out.dispatch_key))
+        for cb in self.step_callbacks:
+            cb(self, sched, out)
+        return finished
+
+    def all_kv_caches(self) -> list[torch.Tensor]:
+        return self.kv_caches + self.draft_kv_caches

@@ -1,0 +1,200 @@
+"""Continuous-batching scheduler with chunked prefill, speculative tokens and preemption.
+
+It owns the truth about every request's progress (`num_computed_tokens`) and tells the
+runner each step, as vLLM's scheduler does; a runner's own copies must agree with it.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from .block_manager import BlockAllocator, cdiv
+from .outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
+from .request import Request, RequestStatus
+
+
+class Scheduler:
+    def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
+                 allocator: BlockAllocator, num_lookahead_tokens: int = 0,
+                 stop_checker: Callable[[Request], None] | None = None) -> None:
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.allocator = allocator
+        self.lookahead = num_lookahead_tokens    # KV slots the drafter writes past the query
+        self.stop_checker = stop_checker
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self._finished_since_last: set[str] = set()
+        self._new_to_runner: set[str] = set()     # admitted but not yet sent as NewRequestData
+        self.num_preemptions = 0
+
+    # ---- admission -------------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        self.requests[req.req_id] = req
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- scheduling ------------------------------------------------------------------
+    def _max_drafts(self, req: Request) -> int:
+        """Drafts worth verifying: not past max_tokens, not past max_model_len."""
+        left_out = req.sampling_params.max_tokens - len(req.output_token_ids) - 1
+        left_len = self.max_model_len - req.num_tokens - 1
+        return max(0, min(len(req.spec_token_ids), left_out, left_len))
+
+    def _ensure_blocks(self, req: Request, num_new: int) -> bool:
+        need_tokens = min(req.num_computed_tokens + num_new + self.lookahead,
+                          self.max_model_len + self.lookahead)
+        n = self.allocator.blocks_needed(len(req.block_ids), need_tokens)
+        got = self.allocator.allocate(n)
+        if got is None:
+            return False
+        req.block_ids.extend(got)
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        """Recompute-style preemption: drop the KV, requeue at the front."""
+        self.running.remove(req)
+        self.allocator.release(req.block_ids)
+        req.block_ids = []
+        req.num_computed_tokens = 0
+        req.spec_token_ids = []
+        req.status = RequestStatus.WAITING
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    def schedule(self, now: float = 0.0) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        num_sched: dict[str, int] = {}
+        spec: dict[str, list[int]] = {}
+        preempted: set[str] = set()
+        block_count_before: dict[str, int] = {}
+
+        # 1. Running requests first (decodes and unfinished prefill chunks), in order.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n_drafts = self._max_drafts(req)
+            num_new = min(req.num_tokens - req.num_computed_tokens + n_drafts, budget)
+            n_drafts = max(0, min(n_drafts, num_new - (req.num_tokens - req.num_computed_tokens)))
+            block_count_before.setdefault(req.req_id, len(req.block_ids))
+            while not self._ensure_blocks(req, num_new):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.add(victim.req_id)
+                num_sched.pop(victim.req_id, None)
+                spec.pop(victim.req_id, None)
+                if victim is req:
+                    break
+            if req.req_id in preempted:
+                break
+            num_sched[req.req_id] = num_new
+            if n_drafts:
+                spec[req.req_id] = req.spec_token_ids[:n_drafts]
+            budget -= num_new
+            i += 1
+
+        # 2. Then waiting requests, unless this step already had to preempt.
+        new_reqs: list[Request] = []
+        while self.waiting and not preempted and budget > 0 \
+                and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not self._ensure_blocks(req, num_new):
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+            # Resumed requests recompute prompt + outputs; PD imports keep their KV.
+            req.prefill_len = (req.prompt_len if req.num_computed_tokens else req.num_tokens)
+            self.running.append(req)
+            new_reqs.append(req)
+            num_sched[req.req_id] = num_new
+            budget -= num_new
+
+        new_data = [NewRequestData(
+            req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids),
+            all_token_ids=r.all_token_ids, prefill_len=r.prefill_len,
+            num_computed_tokens=r.num_computed_tokens, block_ids=list(r.block_ids),
+            sampling_params=r.sampling_params, seed=r.seed) for r in new_reqs]
+        new_ids = {r.req_id for r in new_reqs}
+        cached = CachedRequestData()
+        for req in self.running:
+            if req.req_id in num_sched and req.req_id not in new_ids:
+                cached.req_ids.append(req.req_id)
+                cached.num_computed_tokens.append(req.num_computed_tokens)
+                cached.new_block_ids.append(req.block_ids[block_count_before[req.req_id]:])
+        out = SchedulerOutput(
+            scheduled_new_reqs=new_data, scheduled_cached_reqs=cached,
+            num_scheduled_tokens=num_sched, total_num_scheduled_tokens=sum(num_sched.values()),
+            scheduled_spec_decode_tokens=spec,
+            finished_req_ids=self._finished_since_last, preempted_req_ids=preempted)
+        self._finished_since_last = set()
+        return out
+
+    # ---- results -----------------------------------------------------------------------
+    def update_from_output(self, sched: SchedulerOutput, out: ModelRunnerOutput,
+                           now: float) -> list[Request]:
+        """Advance progress by what was really computed; return requests that finished."""
+        finished: list[Request] = []
+        for req_id, sampled, drafts in zip(out.req_ids, out.sampled_token_ids,
+                                           out.draft_token_ids):
+            req = self.requests[req_id]
+            scheduled_drafts = sched.scheduled_spec_decode_tokens.get(req_id, [])
+            num_rejected = len(scheduled_drafts) - (len(sampled) - 1) if sampled else 0
+            req.num_computed_tokens += sched.num_scheduled_tokens[req_id] - num_rejected
+            if scheduled_drafts:
+                req.num_drafts += 1
+                req.num_draft_tokens += len(scheduled_drafts)
+                req.num_accepted_tokens += len(sampled) - 1
+            req.spec_token_ids = list(drafts)
+            for tok in sampled:
+                req.output_token_ids.append(tok)
+                req.token_times.append(now)
+                if self._check_stop(req, tok):
+                    break
+            if req.status.finished:
+                finished.append(req)
+                self._free(req)
+        return finished
+
+    def _check_stop(self, req: Request, tok: int) -> bool:
+        sp = req.sampling_params
+        if (not sp.ignore_eos and tok in req.eos_token_ids) or tok in sp.stop_token_ids:
+            req.status, req.stop_reason = RequestStatus.FINISHED_STOPPED, tok
+        elif len(req.output_token_ids) >= sp.max_tokens or req.num_tokens >= self.max_model_len:
+            req.status = RequestStatus.FINISHED_LENGTH
+        if not req.status.finished and self.stop_checker is not None:
+            self.stop_checker(req)   # stop strings: the engine detokenizes
+        return req.status.finished
+
+    def _free(self, req: Request) -> None:
+        # block_ids stay on the request as a record: the PD hand-off reads those blocks
+        # right after this step, before any later step can reuse them.
+        self.running.remove(req)
+        self.allocator.release(req.block_ids)
+        self._finished_since_last.add(req.req_id)
+
+    def abort(self, req_ids: list[str]) -> None:
+        """Drop requests wherever they are (the runner frees their slots next step)."""
+        for rid in req_ids:
+            req = self.requests.pop(rid)
+            if req in self.waiting:
+                self.waiting.remove(req)
+            elif req in self.running:
+                self._free(req)
+            req.status = RequestStatus.FINISHED_STOPPED
+
+    def finish_externally(self, req: Request) -> None:
+        """A request leaves this instance (PD: prefill done, handed to the decode side)."""
+        if req in self.running:
+            self._free(req)
+        del self.requests[req.req_id]
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return cdiv(num_tokens, self.allocator.block_size)

@@ -1,0 +1,59 @@
+"""Fault switches: each restores the pre-fix code path of one historic MRv2 regression.
+
+A switch only selects which code runs (see the `faults.active(...)` call sites, grep for
+the fault name); it never touches a metric. The harness has to discover the damage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .errors import RunnerError
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    vllm_pr: int
+    bug_class: str
+    code_path: str  # where the switch changes code, for people reading reports
+
+
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault("stale-slot-state", 39833, "stale per-slot state on slot reuse",
+              "v2/states.py RequestState.add_request: last_sampled_tokens and "
+              "draft_tokens of a reused slot are not initialised"),
+        Fault("mirror-increment", 42202, "CPU mirror diverges from the device truth",
+              "v2/states.py: the CPU mirror is advanced by num_scheduled_tokens in "
+              "postprocess instead of being refreshed from the scheduler"),
+        Fault("seq-lens-sync", 40654, "hidden device-to-host sync in the hot path",
+              "v2/input_batch.py prepare_inputs: max_seq_len read from device seq_lens "
+              "(seq_lens.cpu(), .max().item()) instead of the CPU upper bound"),
+        Fault("accept-count-cat-argmax", 38372, "wasteful accepted-token counting",
+              "v2/rejection_sampler.py count_sampled: cat a -1 column and argmax the "
+              "first -1 instead of (out != -1).sum(1)"),
+        Fault("warmup-short-prefill", 40746, "warmup misses the prefill path",
+              "v2/warmup.py: the dummy prefill prompt has 2 tokens instead of 2 + k"),
+    )
+}
+
+
+class FaultSet:
+    """The faults switched on for one runner instance (immutable)."""
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        names = tuple(names)
+        unknown = [n for n in names if n not in FAULTS]
+        if unknown:
+            raise RunnerError(
+                f"unknown fault {unknown[0]!r}; known faults: {', '.join(sorted(FAULTS))}")
+        self.names = frozenset(names)
+
+    def active(self, name: str) -> bool:
+        assert name in FAULTS, name  # a typo at a call site must not silently disable a switch
+        return name in self.names
+
+    def __repr__(self) -> str:
+        return f"FaultSet({sorted(self.names)})"

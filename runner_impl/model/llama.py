@@ -1,0 +1,418 @@
+"""A Llama decoder in plain PyTorch, with paged attention over a flat batch that mixes
+prefill and decode rows.
+
+Everything the model needs to know about the batch comes in `AttentionMetadata`, and every
+shape is taken from host ints in it, so `forward` never waits on the device: the runner can
+queue the next step (or capture a CUDA graph) while this one runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runner_impl.errors import ModelLoadError
+
+# Fields a config.json must carry; everything else has a sensible Llama default.
+_REQUIRED_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "rms_norm_eps",
+    "max_position_embeddings",
+)
+
+
+def _positive_int(d: dict, name: str, default: int | None = None) -> int:
+    value = d.get(name, default)
+    if value is None:
+        raise ModelLoadError(f"missing required field {name!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ModelLoadError(f"field {name!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _token_ids(name: str, value: object) -> tuple[int, ...]:
+    """HF writes eos_token_id as an int or a list of ints; keep a tuple either way."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+        raise ModelLoadError(f"field {name!r} must be a token id or a list of token ids, got {value!r}")
+    return tuple(items)
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The subset of a HF Llama config.json that this model implements."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    bos_token_id: int | None = None
+    eos_token_id: tuple[int, ...] = ()
+
+    @classmethod
+    def from_hf_dict(cls, d: dict) -> LlamaConfig:
+        """Validate a parsed config.json, refusing anything this model would silently get wrong
+        (biases, scaled RoPE, other activations) rather than producing wrong logits."""
+        if not isinstance(d, dict):
+            raise ModelLoadError(f"config must be a JSON object, got {type(d).__name__}")
+        model_type = d.get("model_type")
+        architectures = d.get("architectures")
+        if model_type is None and not architectures:
+            raise ModelLoadError("missing required field 'model_type'")
+        if model_type is not None and model_type != "llama":
+            raise ModelLoadError(f"unsupported model_type {model_type!r} (expected 'llama')")
+        if architectures is not None and (
+            not isinstance(architectures, list) or "LlamaForCausalLM" not in architectures
+        ):
+            raise ModelLoadError(f"unsupported architectures {architectures!r} (expected LlamaForCausalLM)")
+        for flag in ("attention_bias", "mlp_bias"):
+            if d.get(flag, False):
+                raise ModelLoadError(f"field {flag!r} is true; biased projections are not supported")
+        hidden_act = d.get("hidden_act", "silu")
+        if hidden_act != "silu":
+            raise ModelLoadError(f"unsupported hidden_act {hidden_act!r} (expected 'silu')")
+
+        # RoPE: transformers 5.x nests it in rope_parameters, older files use rope_theta + rope_scaling.
+        rope_parameters = d.get("rope_parameters") or {}
+        for field in ("rope_parameters", "rope_scaling"):
+            params = d.get(field)
+            if params is None:
+                continue
+            if not isinstance(params, dict):
+                raise ModelLoadError(f"field {field!r} must be an object, got {params!r}")
+            rope_type = params.get("rope_type", params.get("type", "default"))
+            if rope_type not in (None, "default", "none"):
+                raise ModelLoadError(f"unsupported {field} rope_type {rope_type!r} (only default RoPE)")
+        rope_theta = d.get("rope_theta", rope_parameters.get("rope_theta", 10000.0))
+        if isinstance(rope_theta, bool) or not isinstance(rope_theta, (int, float)) or rope_theta <= 0:
+            raise ModelLoadError(f"field 'rope_theta' must be a positive number, got {rope_theta!r}")
+
+        for name in _REQUIRED_FIELDS:
+            if name not in d:
+                raise ModelLoadError(f"missing required field {name!r}")
+        eps = d["rms_norm_eps"]
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps <= 0:
+            raise ModelLoadError(f"field 'rms_norm_eps' must be a positive number, got {eps!r}")
+
+        num_heads = _positive_int(d, "num_attention_heads")
+        hidden_size = _positive_int(d, "hidden_size")
+        num_kv_heads = _positive_int(d, "num_key_value_heads", num_heads)
+        if num_heads % num_kv_heads:
+            raise ModelLoadError(
+                f"num_attention_heads ({num_heads}) is not a multiple of num_key_value_heads ({num_kv_heads})"
+            )
+        head_dim = _positive_int(d, "head_dim", hidden_size // num_heads or None)
+        if head_dim % 2:
+            raise ModelLoadError(f"field 'head_dim' must be even for RoPE, got {head_dim}")
+        bos = d.get("bos_token_id")
+        return cls(
+            vocab_size=_positive_int(d, "vocab_size"),
+            hidden_size=hidden_size,
+            intermediate_size=_positive_int(d, "intermediate_size"),
+            num_hidden_layers=_positive_int(d, "num_hidden_layers"),
+            num_attention_heads=num_heads,
+            num_key_value_heads=num_kv_heads,
+            head_dim=head_dim,
+            rms_norm_eps=float(eps),
+            rope_theta=float(rope_theta),
+            max_position_embeddings=_positive_int(d, "max_position_embeddings"),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            bos_token_id=_token_ids("bos_token_id", bos)[0] if bos is not None else None,
+            eos_token_id=_token_ids("eos_token_id", d.get("eos_token_id")),
+        )
+
+
+@dataclass
+class AttentionMetadata:
+    """Where each token of a flat, variable-length batch sits. Built by the runner."""
+
+    query_start_loc: torch.Tensor  # [R+1] int32/int64, device: start of each row's query tokens in the flat batch
+    seq_lens: torch.Tensor  # [R] int64, device: context length of each row INCLUDING this step's tokens (the truth)
+    block_table: torch.Tensor  # [R, max_blocks_per_row] int64/int32, device: KV block ids of each row
+    slot_mapping: torch.Tensor  # [T] int64, device: flat KV slot (block_id*block_size + offset) of each new token
+    token_row: torch.Tensor  # [T] int64, device: which row each flat token belongs to
+    token_offset: torch.Tensor  # [T] int64, device: index of the token inside its row's query (0..q_len-1)
+    positions: torch.Tensor  # [T] int64, device: absolute position of each token
+    max_query_len: int  # host int
+    max_seq_len: int  # host int: an UPPER BOUND of seq_lens.max(), sizes the KV gather
+    uniform_query_len: int | None = None  # host: every row has exactly this many query tokens -> fast path
+    # slot_mapping must always be valid: "-1 = don't write" is NOT supported (skipping would need a
+    # data-dependent mask); point padding tokens at a scratch block instead.
+
+
+def allocate_kv_cache(
+    config: LlamaConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device
+) -> list[torch.Tensor]:
+    """One [2, num_blocks, block_size, num_kv_heads, head_dim] tensor per layer (index 0 = K, 1 = V).
+
+    Zero-filled on purpose: attention gathers whole blocks and masks the unused slots, and a masked
+    NaN from uninitialised memory would still poison the output (0 * NaN = NaN)."""
+    shape = (2, num_blocks, block_size, config.num_key_value_heads, config.head_dim)
+    return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
+
+
+@dataclass
+class _StepPlan:
+    """Per-forward tensors shared by every layer, so the mask and RoPE are built once per step."""
+
+    num_rows: int
+    query_len: int  # padded query length of every row
+    cos: torch.Tensor  # [T, 1, head_dim], model dtype
+    sin: torch.Tensor
+    slots: torch.Tensor  # [T] int64
+    block_ids: torch.Tensor  # [R * nblk] int64
+    mask: torch.Tensor  # [R, 1, G * query_len, nblk * block_size] bool, G = query heads per KV head
+    flat_index: torch.Tensor | None  # [T] position in the padded [R * query_len] grid; None on the uniform path
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float, dtype: torch.dtype, device: str | torch.device) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 and scale in the model dtype, exactly as HF does.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def _linear(in_features: int, out_features: int, dtype: torch.dtype, device: str | torch.device) -> nn.Linear:
+    # No random init: load_weights overwrites every parameter anyway.
+    return torch.nn.utils.skip_init(nn.Linear, in_features, out_features, bias=False, dtype=dtype, device=device)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig, dtype: torch.dtype, device: str | torch.device) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        # q, k and v in one matmul (fewer kernel launches per decode step).
+        self.qkv_proj = _linear(config.hidden_size, self.q_size + 2 * self.kv_size, dtype, device)
+        self.o_proj = _linear(self.q_size, config.hidden_size, dtype, device)
+        self.scale = self.head_dim**-0.5
+
+    def forward(self, x: torch.Tensor, plan: _StepPlan, kv_cache: torch.Tensor) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        G, R, Q = H // KVH, plan.num_rows, plan.query_len
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(num_tokens, H, D)
+        k = k.view(num_tokens, KVH, D)
+        v = v.view(num_tokens, KVH, D)
+        q = q * plan.cos + _rotate_half(q) * plan.sin
+        k = k * plan.cos + _rotate_half(k) * plan.sin
+
+        # 1. This step's K/V go into the paged cache first, so the gather below sees them.
+        flat_cache = kv_cache.view(2, -1, KVH, D)
+        flat_cache[0].index_copy_(0, plan.slots, k)
+        flat_cache[1].index_copy_(0, plan.slots, v)
+
+        # 2. Each row's context, in order: [2, R, L, KVH, D] -> K, V as [R, KVH, L, D].
+        kv = kv_cache.index_select(1, plan.block_ids).view(2, R, -1, KVH, D)
+        keys, values = kv[0].transpose(1, 2), kv[1].transpose(1, 2)
+
+        # 3. Queries as a [R, Q, H, D] grid.
+        if plan.flat_index is None:  # uniform rows: the flat batch already is the grid
+            q_grid = q.view(R, Q, H, D)
+        else:  # ragged rows: scatter into a zero-padded grid
+            q_grid = q.new_zeros(R * Q, H, D).index_copy_(0, plan.flat_index, q).view(R, Q, H, D)
+
+        # 4. GQA without copying K/V: the G query heads sharing a KV head become G*Q query rows
+        #    of that head (head h = kv_head * G + g, as HF's repeat_kv pairs them).
+        q_grid = q_grid.view(R, Q, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(R, KVH, G * Q, D)
+        out = F.scaled_dot_product_attention(q_grid, keys, values, attn_mask=plan.mask, scale=self.scale)
+        out = out.view(R, KVH, G, Q, D).permute(0, 3, 1, 2, 4).reshape(R * Q, H * D)
+
+        # 5. Back to the flat batch.
+        if plan.flat_index is not None:
+            out = out.index_select(0, plan.flat_index)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: LlamaConfig, dtype: torch.dtype, device: str | torch.device) -> None:
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = _linear(config.hidden_size, 2 * config.intermediate_size, dtype, device)
+        self.down_proj = _linear(config.intermediate_size, config.hidden_size, dtype, device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: LlamaConfig, dtype: torch.dtype, device: str | torch.device) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
+        self.self_attn = Attention(config, dtype, device)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
+        self.mlp = MLP(config, dtype, device)
+
+    def forward(self, x: torch.Tensor, plan: _StepPlan, kv_cache: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), plan, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    """Llama with HF-compatible weights. Parameters are uninitialised until `load_weights`."""
+
+    def __init__(
+        self, config: LlamaConfig, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = torch.nn.utils.skip_init(
+            nn.Embedding, config.vocab_size, config.hidden_size, dtype=dtype, device=device
+        )
+        self.layers = nn.ModuleList(DecoderLayer(config, dtype, device) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
+        self.lm_head = None
+        if not config.tie_word_embeddings:
+            self.lm_head = _linear(config.hidden_size, config.vocab_size, dtype, device)
+        self.requires_grad_(False)  # inference only: no autograd bookkeeping even outside no_grad
+
+        # RoPE tables for every position, in float32 on the CPU first (as HF computes inv_freq),
+        # so positions only need an index_select per step.
+        D = config.head_dim
+        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+        freqs = torch.arange(config.max_position_embeddings, dtype=torch.float32)[:, None] * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("rope_cos", emb.cos().to(device), persistent=False)
+        self.register_buffer("rope_sin", emb.sin().to(device), persistent=False)
+
+    def _plan(self, num_tokens: int, meta: AttentionMetadata, kv_caches: list[torch.Tensor]) -> _StepPlan:
+        cfg = self.config
+        device = self.rope_cos.device
+        dtype = self.embed_tokens.weight.dtype
+        num_rows = meta.seq_lens.shape[0]
+        positions = meta.positions.long()
+
+        if meta.uniform_query_len is not None:
+            query_len = meta.uniform_query_len
+            if num_rows * query_len != num_tokens:
+                raise ValueError(
+                    f"uniform_query_len={query_len} with {num_rows} rows needs {num_rows * query_len} tokens, "
+                    f"got {num_tokens}"
+                )
+            flat_index = None
+            query_pos = positions.view(num_rows, query_len)
+        else:
+            query_len = meta.max_query_len
+            flat_index = meta.token_row.long() * query_len + meta.token_offset.long()
+            # Padded query slots get position 0: they attend key 0 only (never empty) and are dropped.
+            query_pos = positions.new_zeros(num_rows * query_len).index_copy_(0, flat_index, positions)
+            query_pos = query_pos.view(num_rows, query_len)
+
+        block_size = kv_caches[0].shape[2]
+        num_blocks = min(-(-meta.max_seq_len // block_size), meta.block_table.shape[1])
+        key_pos = torch.arange(num_blocks * block_size, device=device)
+        # Key j is visible to a query at position p iff j <= p and j is inside the row's context.
+        mask = (key_pos <= query_pos[:, :, None]) & (key_pos < meta.seq_lens[:, None, None])
+        group = cfg.num_attention_heads // cfg.num_key_value_heads
+        mask = mask[:, None].expand(num_rows, group, query_len, key_pos.shape[0])
+        mask = mask.reshape(num_rows, 1, group * query_len, key_pos.shape[0])
+
+        return _StepPlan(
+            num_rows=num_rows,
+            query_len=query_len,
+            cos=self.rope_cos.index_select(0, positions).to(dtype)[:, None],
+            sin=self.rope_sin.index_select(0, positions).to(dtype)[:, None],
+            slots=meta.slot_mapping.long(),
+            block_ids=meta.block_table[:, :num_blocks].long().reshape(-1),
+            mask=mask,
+            flat_index=flat_index,
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_caches: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """Run one step over T flat tokens; writes their K/V into `kv_caches` and returns the
+        final-norm hidden states [T, hidden] (the runner picks rows before `compute_logits`)."""
+        plan = self._plan(input_ids.shape[0], meta, kv_caches)
+        x = self.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            x = layer(x, plan, kv_cache)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits, so sampling is not done on bf16 values."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    def _weight_targets(self) -> dict[str, torch.Tensor]:
+        """HF tensor name -> the (slice of the) parameter it fills."""
+        cfg = self.config
+        targets = {"model.embed_tokens.weight": self.embed_tokens.weight, "model.norm.weight": self.norm.weight}
+        if self.lm_head is not None:
+            targets["lm_head.weight"] = self.lm_head.weight
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            attn, mlp = layer.self_attn, layer.mlp
+            q, k, v = attn.qkv_proj.weight.split([attn.q_size, attn.kv_size, attn.kv_size])
+            gate, up = mlp.gate_up_proj.weight.split(cfg.intermediate_size)
+            targets |= {
+                p + "self_attn.q_proj.weight": q,
+                p + "self_attn.k_proj.weight": k,
+                p + "self_attn.v_proj.weight": v,
+                p + "self_attn.o_proj.weight": attn.o_proj.weight,
+                p + "mlp.gate_proj.weight": gate,
+                p + "mlp.up_proj.weight": up,
+                p + "mlp.down_proj.weight": mlp.down_proj.weight,
+                p + "input_layernorm.weight": layer.input_layernorm.weight,
+                p + "post_attention_layernorm.weight": layer.post_attention_layernorm.weight,
+            }
+        return targets
+
+    @torch.no_grad()
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Copy HF-named tensors in (casting to the model dtype/device). Every parameter must be
+        covered exactly once, so a partial or foreign checkpoint fails loudly, naming the tensor."""
+        targets = self._weight_targets()
+        ignorable = ("rotary_emb.inv_freq",)  # non-persistent buffer some old checkpoints contain
+        names = [n for n in state_dict.keys() if not n.endswith(ignorable)]
+        if self.lm_head is None:
+            names = [n for n in names if n != "lm_head.weight"]  # tied: the embedding is the head
+        unexpected = [n for n in names if n not in targets]
+        if unexpected:
+            raise ModelLoadError(f"unexpected tensor {unexpected[0]!r} ({len(unexpected)} unexpected in all)")
+        present = set(names)
+        missing = [n for n in targets if n not in present]
+        if missing:
+            raise ModelLoadError(f"missing tensor {missing[0]!r} ({len(missing)} missing in all)")
+        for name in names:
+            src, dst = state_dict[name], targets[name]
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ModelLoadError(
+                    f"tensor {name!r} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}"
+                )
+            if not src.is_floating_point():
+                raise ModelLoadError(f"tensor {name!r} has dtype {src.dtype}, expected a floating point type")
+            dst.copy_(src)

@@ -1,0 +1,53 @@
+"""Warmup: dummy prefill and decode batches through the real step, before traffic.
+
+It drives the runner with a private scheduler on the engine's block allocator, so the
+batches are the real thing (vLLM builds its warmup SchedulerOutputs by hand, same idea).
+The dummy prompt is 2 + k tokens long: longer than a decode query (1 + k), so the first
+batch is classified as prefill (the fix of vLLM PR 40746). Then a fixed number of decode
+steps with full drafts, then an abort, as vLLM's warmup does.
+"""
+from __future__ import annotations
+
+import time
+
+from .engine.request import Request
+from .engine.scheduler import Scheduler
+from .sampling_params import SamplingParams
+
+
+DECODE_STEPS = 3
+
+
+def warmup_prompt_len(k: int, short_prefill_fault: bool) -> int:
+    return 2 if short_prefill_fault else 2 + k
+
+
+def run_warmup(core: "EngineCore") -> None:  # noqa: F821 (engine imports us)
+    cfg = core.cfg
+    k = cfg.num_speculative_tokens
+    short = core.runner.name == "v2" and cfg.faults.active("warmup-short-prefill")
+    plen = warmup_prompt_len(k, short)
+    vocab = core.model.config.vocab_size
+    sched = Scheduler(max_num_seqs=cfg.max_num_seqs,
+                      max_num_batched_tokens=cfg.max_num_batched_tokens,
+                      max_model_len=core.max_model_len, allocator=core.allocator,
+                      num_lookahead_tokens=k)
+    n = min(cfg.max_num_seqs, 4)
+    reqs = []
+    for i in range(n):
+        sp = SamplingParams(temperature=0.0 if i % 2 == 0 else 1.0, top_k=0 if i < 2 else 5,
+                            max_tokens=64, ignore_eos=True)
+        reqs.append(Request(f"warmup-{i}", [(3 + i + j) % vocab for j in range(plen)], sp, seed=i))
+        sched.add_request(reqs[-1])
+    core.runner.phase = "warmup"
+    try:
+        decode_steps = 0
+        while decode_steps < DECODE_STEPS and sched.has_unfinished():
+            in_decode = all(r.output_token_ids for r in reqs)   # every prefill is done
+            out = sched.schedule()
+            sched.update_from_output(out, core.runner.execute_model(out), time.perf_counter())
+            decode_steps += in_decode
+        sched.abort(list(sched.requests))
+        core.runner.execute_model(sched.schedule())   # frees the warmup slots
+    finally:
+        core.runner.phase = "serve"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up mrbench on a fresh machine: a virtualenv in .venv with everything installed.
+# torch is pinned FIRST: an unpinned torch pulls GBs of CUDA packages on a CPU box.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "torch==${MRBENCH_TORCH_VERSION:-2.13.0}"
+.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -c "import torch, runner_impl; print('mrbench setup ok: torch', torch.__version__)"
