@@ -3,7 +3,8 @@
     python benchmarks/bench_runner.py [--model DIR] [--num-prompts 64] [--max-tokens 64]
         [--k 0] [--method ngram] [--device cpu] [--repeats 3] [--json OUT]
 
-Runs are interleaved (v2, v1, v2, v1, ...) after each engine's own warmup, so drift in
+Runs are interleaved (v2, v1, v2, v1, ...) after each engine's own warmup and one
+discarded round (first-seen shapes: allocator growth, kernel selection), so drift in
 machine load hits both sides alike. Without --model it uses the bundled default model,
 or, until that exists, a random-weight Llama of the same shape built in a temp dir.
 """
@@ -77,6 +78,8 @@ def main() -> int:
     prompts = [[rng.randrange(3, vocab) for _ in range(rng.randint(*a.prompt_len))]
                for _ in range(a.num_prompts)]
     sp = SamplingParams(temperature=0, max_tokens=a.max_tokens, ignore_eos=True)
+    for r in a.runners:                      # discarded round
+        one_run(engines[r], prompts, sp)
     runs: dict[str, list[dict]] = {r: [] for r in a.runners}
     for _ in range(a.repeats):
         for r in a.runners:

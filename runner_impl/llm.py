@@ -70,14 +70,6 @@ class RequestOutput:
         return self.metrics.token_times
 
 
-@dataclass
-class _Pending:
-    """A PD request between its prefill and decode instances."""
-    req: Request
-    payload: Any
-    handoff_s: float
-
-
 class LLM:
     def __init__(self, model: str | Path | None = None, runner: str = "v2",
                  device: str = "cpu", *, transport: KVTransport | None = None,
@@ -109,13 +101,12 @@ class LLM:
                                   f"{self.model_config.vocab_size}")
         self.eos_token_ids = tuple(self.tokenizer.eos_token_ids or self.model_config.eos_token_ids)
         mk = lambda name: EngineCore(cfg, self.model, draft, self.max_model_len, name,  # noqa: E731
-                                     self._check_stop_strings)
+                                     self._check_stop_strings, self._receive_kv)
         self.cores = [mk("prefill"), mk("decode")] if cfg.pd_disagg else [mk("colocated")]
         self.transport = transport or TensorCopyTransport()
-        self._pending: list[_Pending] = []
         self._requests: dict[str, Request] = {}
-        self._handoff_s: dict[str, float] = {}
         self._counter = 0
+        self._idle_steps = 0
         if cfg.warmup:
             for core in self.cores:
                 core.warmup()
@@ -156,6 +147,12 @@ class LLM:
                               f"{self.max_model_len} (room for >= 1 output token needed)")
         if min(ids) < 0 or max(ids) >= V:
             raise RunnerError(f"prompt token id out of range [0, {V})")
+        alloc = self.cores[-1].allocator
+        need = len(ids) + 1 + self.config.num_speculative_tokens
+        if need > alloc.num_blocks * alloc.block_size:
+            raise RunnerError(f"prompt of {len(ids)} tokens cannot fit in the KV cache "
+                              f"({alloc.num_blocks} blocks of {alloc.block_size}); "
+                              "raise num_kv_blocks")
         req_id = str(self._counter)
         seed = params.seed if params.seed is not None else \
             (self.config.seed * 1_000_003 + self._counter) % (2 ** 31)
@@ -173,26 +170,39 @@ class LLM:
         return req_id
 
     def has_unfinished(self) -> bool:
-        return bool(self._pending) or any(c.scheduler.has_unfinished() for c in self.cores)
+        return any(c.scheduler.has_unfinished() for c in self.cores)
 
     def step(self) -> list[RequestOutput]:
         """One step of every instance; returns the requests that finished."""
+        steps_before = [len(c.step_records) for c in self.cores]
         if not self.config.pd_disagg:
-            return [self._output(r) for r in self.cores[0].step()]
-        prefill, decode = self.cores
-        done: list[RequestOutput] = []
-        if prefill.scheduler.has_unfinished():
-            for pre in prefill.step():
-                done += self._hand_off(prefill, pre)
-        self._admit_pending(decode)
-        if decode.scheduler.has_unfinished():
-            done += [self._output(r) for r in decode.step()]
+            done = [self._output(r) for r in self.cores[0].step()]
+        else:
+            prefill, decode = self.cores
+            done = []
+            if prefill.scheduler.has_unfinished():
+                for pre in prefill.step():
+                    done += self._hand_off(prefill, decode, pre)
+            if decode.scheduler.has_unfinished():
+                done += [self._output(r) for r in decode.step()]
+        self._check_progress(steps_before)
         return done
 
+    def _check_progress(self, steps_before: list[int]) -> None:
+        """A scheduler that can run nothing, step after step, is stuck: fail, don't spin."""
+        ran = any(r.num_tokens for c, n in zip(self.cores, steps_before)
+                  for r in c.step_records[n:])
+        self._idle_steps = 0 if ran else self._idle_steps + 1
+        if self._idle_steps >= 100 and self.has_unfinished():
+            raise RuntimeError("engine made no progress in 100 steps (KV blocks exhausted? "
+                               "raise num_kv_blocks)")
+
     # ---- PD disaggregation -----------------------------------------------------------
-    def _hand_off(self, prefill: EngineCore, pre: Request) -> list[RequestOutput]:
+    def _hand_off(self, prefill: EngineCore, decode: EngineCore,
+                  pre: Request) -> list[RequestOutput]:
         """Prefill finished (first token sampled): either the request is complete, or its
-        KV leaves the prefill instance now, before any later step can reuse the blocks."""
+        KV leaves the prefill instance now, before any later step can reuse the blocks,
+        and waits with the request until the decode instance admits it."""
         req: Request = pre.pd_origin
         req.output_token_ids = list(pre.output_token_ids)
         req.token_times = list(pre.token_times)
@@ -205,25 +215,19 @@ class LLM:
             return [self._output(req)]
         req.status = RequestStatus.WAITING
         t0 = time.perf_counter()
-        payload = self.transport.send(req.req_id, prefill.all_kv_caches(), pre.block_ids,
-                                      req.prompt_len)
-        self._pending.append(_Pending(req, payload, time.perf_counter() - t0))
+        req.kv_payload = self.transport.send(req.req_id, prefill.all_kv_caches(),
+                                             pre.block_ids, req.prompt_len)
+        req.kv_handoff_s = time.perf_counter() - t0
+        req.num_computed_tokens = req.prompt_len        # the KV travels: skip the prefill
+        decode.scheduler.add_request(req)
         return []
 
-    def _admit_pending(self, decode: EngineCore) -> None:
-        while self._pending:
-            p = self._pending[0]
-            n = decode.allocator.blocks_needed(0, p.req.num_tokens + decode.scheduler.lookahead)
-            blocks = decode.allocator.allocate(n)
-            if blocks is None:
-                return                       # decode instance full: wait for frees
-            self._pending.pop(0)
-            t0 = time.perf_counter()
-            self.transport.recv(p.payload, decode.all_kv_caches(), blocks)
-            self._handoff_s[p.req.req_id] = p.handoff_s + time.perf_counter() - t0
-            p.req.block_ids = blocks
-            p.req.num_computed_tokens = p.req.prompt_len   # KV arrived: skip the prefill
-            decode.scheduler.add_request(p.req)
+    def _receive_kv(self, req: Request) -> None:
+        """Decode side, on admission: blocks were just allocated; load the KV into them."""
+        decode = self.cores[-1]
+        t0 = time.perf_counter()
+        self.transport.recv(req.kv_payload, decode.all_kv_caches(), req.block_ids)
+        req.kv_handoff_s = (req.kv_handoff_s or 0.0) + time.perf_counter() - t0
 
     # ---- outputs ---------------------------------------------------------------------
     def _check_stop_strings(self, req: Request) -> None:
@@ -255,7 +259,7 @@ class LLM:
                 num_preemptions=req.num_preemptions, num_drafts=req.num_drafts,
                 num_draft_tokens=req.num_draft_tokens,
                 num_accepted_tokens=req.num_accepted_tokens,
-                kv_handoff_s=self._handoff_s.get(req.req_id)),
+                kv_handoff_s=req.kv_handoff_s),
             prompt=req.prompt_text)
 
     def generate(self, prompts: Prompt | Sequence[Prompt],

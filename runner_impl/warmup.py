@@ -16,6 +16,7 @@ from .sampling_params import SamplingParams
 
 
 DECODE_STEPS = 3
+MAX_STEPS = 1000     # a runner that never samples must fail, not hang
 
 
 def warmup_prompt_len(k: int, short_prefill_fault: bool) -> int:
@@ -42,11 +43,15 @@ def run_warmup(core: "EngineCore") -> None:  # noqa: F821 (engine imports us)
     core.runner.phase = "warmup"
     try:
         decode_steps = 0
-        while decode_steps < DECODE_STEPS and sched.has_unfinished():
+        for _ in range(MAX_STEPS):
+            if decode_steps >= DECODE_STEPS or not sched.has_unfinished():
+                break
             in_decode = all(r.output_token_ids for r in reqs)   # every prefill is done
             out = sched.schedule()
             sched.update_from_output(out, core.runner.execute_model(out), time.perf_counter())
             decode_steps += in_decode
+        else:
+            raise RuntimeError(f"warmup made no progress in {MAX_STEPS} steps")
         sched.abort(list(sched.requests))
         core.runner.execute_model(sched.schedule())   # frees the warmup slots
     finally:

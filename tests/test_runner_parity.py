@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import GREEDY, RUNNER_KW, make_prompts, run
-from runner_impl import LLM, SamplingParams
+from runner_impl import LLM, RunnerError, SamplingParams
 
 
 def hf_greedy(model_dir, prompts, max_new_tokens, eos=2) -> list[list[int]]:
@@ -72,6 +72,20 @@ def test_pd_disagg_matches_colocated(tiny_model_dir, prompts64, v2_greedy, runne
     decode = llm.cores[1]
     assert sum(r.num_new_reqs for r in decode.step_records) > 32   # KV really handed over
     assert all(o.metrics.kv_handoff_s is not None for o in outs if len(o.token_ids) > 1)
+
+
+@pytest.mark.parametrize("runner", ["v2", "v1"])
+def test_pd_under_kv_pressure(tiny_model_dir, prompts64, v2_greedy, runner):
+    """Handed-off requests take decode-side blocks only when admitted: no livelock."""
+    llm = LLM(tiny_model_dir, runner=runner, pd_disagg=True, num_kv_blocks=24, **RUNNER_KW)
+    assert [o.token_ids for o in llm.generate(prompts64, GREEDY)] == v2_greedy
+    assert llm.cores[1].scheduler.num_preemptions > 0
+
+
+def test_prompt_that_can_never_fit_the_kv_cache_is_rejected(tiny_model_dir):
+    llm = LLM(tiny_model_dir, num_kv_blocks=4, **{**RUNNER_KW, "block_size": 8})
+    with pytest.raises(RunnerError, match="cannot fit in the KV cache"):
+        llm.generate([[5] * 40], GREEDY)
 
 
 @pytest.mark.parametrize("runner", ["v2", "v1"])

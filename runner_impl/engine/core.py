@@ -30,7 +30,8 @@ class StepRecord:
 class EngineCore:
     def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM,
                  draft_model: LlamaForCausalLM | None, max_model_len: int, name: str,
-                 stop_checker: Callable[[Request], None] | None = None) -> None:
+                 stop_checker: Callable[[Request], None] | None = None,
+                 on_admit: Callable[[Request], None] | None = None) -> None:
         from ..v1.model_runner import ModelRunnerV1
         from ..v2.model_runner import ModelRunnerV2
 
@@ -53,7 +54,7 @@ class EngineCore:
         self.scheduler = Scheduler(
             max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
             max_model_len=max_model_len, allocator=self.allocator, num_lookahead_tokens=k,
-            stop_checker=stop_checker)
+            stop_checker=stop_checker, on_admit=on_admit)
         self.step_records: list[StepRecord] = []
         self.step_callbacks: list[Callable[["EngineCore", SchedulerOutput, ModelRunnerOutput], None]] = []
 

@@ -43,6 +43,8 @@ class Request:
     num_accepted_tokens: int = 0
     prompt_text: str | None = None
     pd_origin: "Request | None" = None     # PD: the user's request a prefill-side copy serves
+    kv_payload: object = None              # PD: KV from the prefill side, loaded on admission
+    kv_handoff_s: float | None = None      # PD: time spent sending + receiving that KV
 
     def __post_init__(self) -> None:
         if not self.prefill_len:

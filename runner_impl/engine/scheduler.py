@@ -16,13 +16,15 @@ from .request import Request, RequestStatus
 class Scheduler:
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  allocator: BlockAllocator, num_lookahead_tokens: int = 0,
-                 stop_checker: Callable[[Request], None] | None = None) -> None:
+                 stop_checker: Callable[[Request], None] | None = None,
+                 on_admit: Callable[[Request], None] | None = None) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.allocator = allocator
         self.lookahead = num_lookahead_tokens    # KV slots the drafter writes past the query
         self.stop_checker = stop_checker
+        self.on_admit = on_admit                 # PD: load a request's KV into its new blocks
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
@@ -61,6 +63,7 @@ class Scheduler:
         self.allocator.release(req.block_ids)
         req.block_ids = []
         req.num_computed_tokens = 0
+        req.kv_payload = None                    # recomputed from its tokens instead
         req.spec_token_ids = []
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
@@ -107,6 +110,9 @@ class Scheduler:
             if not self._ensure_blocks(req, num_new):
                 break
             self.waiting.popleft()
+            if req.kv_payload is not None:       # blocks exist only now: load the KV
+                self.on_admit(req)
+                req.kv_payload = None
             req.status = RequestStatus.RUNNING
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now

@@ -71,7 +71,7 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
     # One host-to-device copy for every host-known index array.
     host = np.concatenate([idx_np, qsl, token_row, token_offset, num_sched, num_drafts,
                            samples_token.astype(np.int64), logits_idx.ravel()])
-    dev = torch.from_numpy(host).to(device, non_blocking=True)
+    dev = state.staging.upload(host)
     parts = torch.split(dev, [R, R + 1, T, T, R, R, R, R * W])
     idx, qsl_d, row_d, off_d, nsched_d, ndraft_d, samples_d, logits_d = parts
 

@@ -19,6 +19,7 @@ from .input_batch import InputBatch, prepare_inputs
 from .rejection_sampler import count_sampled, rejection_sample
 from .sampler import SamplingState
 from .spec_decode import DraftModelProposer, NgramProposer
+from .staging import PinnedStaging
 from .states import RequestState
 
 
@@ -33,9 +34,10 @@ class ModelRunnerV2:
         self.faults = cfg.faults
         dev = cfg.torch_device
         n = cfg.max_num_seqs
-        self.state = RequestState(n, max_model_len, self.k, dev, self.faults)
-        self.block_tables = BlockTables(n, max_blocks_per_req, cfg.block_size, dev)
-        self.sampling = SamplingState(n, dev)
+        self.staging = PinnedStaging(dev)
+        self.state = RequestState(n, max_model_len, self.k, dev, self.faults, self.staging)
+        self.block_tables = BlockTables(n, max_blocks_per_req, cfg.block_size, dev, self.staging)
+        self.sampling = SamplingState(n, dev, self.staging)
         self.proposer: NgramProposer | DraftModelProposer | None = None
         if self.k and cfg.speculative_method == "ngram":
             self.proposer = NgramProposer(self.k, cfg.ngram_min, cfg.ngram_max)
@@ -43,6 +45,10 @@ class ModelRunnerV2:
             assert draft is not None
             self.proposer = DraftModelProposer(draft[0], draft[1], self.k, n,
                                                model.config.vocab_size, dev)
+        # Pinned host buffer for the step's one device-to-host copy (reused: the copy is
+        # waited for within the same step, so one buffer is enough).
+        self._host_buf = (torch.empty(n * (2 + self.k), dtype=torch.int64, pin_memory=True)
+                          if dev.type == "cuda" else None)
         self.phase = "serve"                      # "warmup" while warming up
         self.dispatch_log: list[tuple[str, tuple]] = []   # (phase, dispatch key) per step
 
@@ -60,12 +66,16 @@ class ModelRunnerV2:
             slot = self.state.req_id_to_index[req_id]
             self.state.update_request(slot, nc)
             self.block_tables.append(slot, blocks)
+        self.state.apply_staged_writes()
+        self.sampling.apply_staged_writes()
+        self.block_tables.apply_staged_writes()
 
     # ---- one step --------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         with record_function("mrbench::step"):
             with record_function("mrbench::prepare"):
+                self.staging.new_step()
                 self._update_states(sched)
                 if not sched.total_num_scheduled_tokens:
                     return ModelRunnerOutput([], [], [])
@@ -123,8 +133,8 @@ class ModelRunnerV2:
                  num_sampled: torch.Tensor) -> ModelRunnerOutput:
         """The one device-to-host transfer of the step."""
         packed = torch.cat([num_sampled[:, None], sampled], 1)
-        if packed.device.type == "cuda":
-            host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+        if self._host_buf is not None:
+            host = self._host_buf.view(-1)[:packed.numel()].view(packed.shape)  # contiguous
             host.copy_(packed, non_blocking=True)
             ev = torch.cuda.Event()
             ev.record()

@@ -6,11 +6,14 @@ import torch
 
 from ..engine.outputs import NewRequestData
 from ..sampler import BatchParams, make_generator
+from .staging import PinnedStaging
 
 
 class SamplingState:
-    def __init__(self, max_num_reqs: int, device: torch.device) -> None:
+    def __init__(self, max_num_reqs: int, device: torch.device, staging: PinnedStaging) -> None:
         self.device = device
+        self.staging = staging
+        self._staged: list[tuple[int, float, int, float]] = []
         # Device, truth: per-slot parameters, gathered by idx_mapping each step.
         self.temperature = torch.zeros(max_num_reqs, dtype=torch.float32, device=device)
         self.top_k = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
@@ -22,12 +25,20 @@ class SamplingState:
 
     def add_request(self, slot: int, new: NewRequestData) -> None:
         sp = new.sampling_params
-        self.temperature[slot] = sp.temperature
-        self.top_k[slot] = sp.top_k
-        self.top_p[slot] = sp.top_p
         self.is_random[slot] = not sp.greedy
         self.uses_top_k_top_p[slot] = sp.top_k > 0 or sp.top_p < 1
         self.generators[slot] = make_generator(new.seed, self.device)
+        self._staged.append((slot, sp.temperature, sp.top_k, sp.top_p))
+
+    def apply_staged_writes(self) -> None:
+        if not self._staged:
+            return
+        vals = self.staging.upload(self._staged, torch.float32)     # [m, 4]
+        slots = vals[:, 0].long()
+        self.temperature[slots] = vals[:, 1]
+        self.top_k[slots] = vals[:, 2].long()
+        self.top_p[slots] = vals[:, 3]
+        self._staged = []
 
     def batch_params(self, idx_np: np.ndarray, idx: torch.Tensor,
                      samples_token: np.ndarray) -> BatchParams:

@@ -11,16 +11,18 @@ import torch
 
 from ..engine.outputs import NewRequestData
 from ..faults import FaultSet
+from .staging import PinnedStaging
 
 
 class RequestState:
     def __init__(self, max_num_reqs: int, max_model_len: int, k: int,
-                 device: torch.device, faults: FaultSet) -> None:
+                 device: torch.device, faults: FaultSet, staging: PinnedStaging) -> None:
         self.max_num_reqs = max_num_reqs
         self.max_model_len = max_model_len
         self.k = k
         self.device = device
         self.faults = faults
+        self.staging = staging
         self.free_indices: list[int] = list(range(max_num_reqs))   # LIFO: pop()/append()
         self.req_id_to_index: dict[str, int] = {}
         self.index_to_req_id: dict[int, str] = {}
@@ -49,33 +51,58 @@ class RequestState:
         self.last_sampled_tokens = torch.zeros(max_num_reqs, **i64)
         # Device, truth: drafts proposed for each slot; the scheduler sees -1 placeholders.
         self.draft_tokens = torch.zeros(max_num_reqs, max(k, 1), **i64)
+        # Host-side writes of requests added this step, landed by apply_staged_writes().
+        self._staged_tokens: list[tuple[int, list[int]]] = []
+        self._staged_scalars: list[tuple[int, int, int, int]] = []
+        self._staged_last_sampled: list[tuple[int, int]] = []
+        self._staged_draft_reset: list[int] = []
 
     @property
     def num_reqs(self) -> int:
         return len(self.req_id_to_index)
 
     def add_request(self, new: NewRequestData) -> int:
+        """Take a slot and stage the request's writes; apply_staged_writes() lands them."""
         slot = self.free_indices.pop()
         self.req_id_to_index[new.req_id] = slot
         self.index_to_req_id[slot] = new.req_id
-        toks = new.all_token_ids
-        n = len(toks)
-        self.all_token_ids[slot, :n] = torch.tensor(toks, dtype=torch.int64).to(
-            self.device, non_blocking=True)
-        self.total_len[slot] = n
-        self.num_computed_tokens[slot] = new.num_computed_tokens
-        self.num_computed_tokens_np[slot] = new.num_computed_tokens
+        toks, nc = new.all_token_ids, new.num_computed_tokens
+        self.num_computed_tokens_np[slot] = nc
         self.prompt_len[slot] = len(new.prompt_token_ids)
         self.prefill_len[slot] = new.prefill_len
-        self.prefill_len_gpu[slot] = new.prefill_len
-        self.num_computed_prefill_tokens[slot] = min(new.num_computed_tokens, new.prefill_len)
+        self.num_computed_prefill_tokens[slot] = min(nc, new.prefill_len)
+        self._staged_tokens.append((slot, toks))
+        self._staged_scalars.append((slot, len(toks), nc, new.prefill_len))
         if not self.faults.active("stale-slot-state"):
             # vLLM PR 39833: a request that arrives already computed (PD decode side) goes
             # straight to a decode step, which reads last_sampled_tokens and draft_tokens.
-            if 0 < new.num_computed_tokens <= new.prefill_len:
-                self.last_sampled_tokens[slot] = toks[new.num_computed_tokens]
-            self.draft_tokens[slot] = 0   # slice fill: no device-to-host sync
+            if 0 < nc <= new.prefill_len:
+                self._staged_last_sampled.append((slot, toks[nc]))
+            self._staged_draft_reset.append(slot)
         return slot
+
+    def apply_staged_writes(self) -> None:
+        """One upload and a few scatters for every request added this step."""
+        if not self._staged_scalars:
+            return
+        up = self.staging.upload
+        sc = up(self._staged_scalars)                       # [m, 4]: slot, total, nc, prefill
+        slots = sc[:, 0]
+        self.total_len[slots] = sc[:, 1]
+        self.num_computed_tokens[slots] = sc[:, 2]
+        self.prefill_len_gpu[slots] = sc[:, 3]
+        rows = [s for s, t in self._staged_tokens for _ in t]
+        cols = [i for _, t in self._staged_tokens for i in range(len(t))]
+        flat = [x for _, t in self._staged_tokens for x in t]
+        tok = up([rows, cols, flat])
+        self.all_token_ids[tok[0], tok[1]] = tok[2]
+        if self._staged_last_sampled:
+            ls = up(self._staged_last_sampled)
+            self.last_sampled_tokens[ls[:, 0]] = ls[:, 1]
+        if self._staged_draft_reset:
+            self.draft_tokens.index_fill_(0, up(self._staged_draft_reset), 0)
+        self._staged_tokens, self._staged_scalars = [], []
+        self._staged_last_sampled, self._staged_draft_reset = [], []
 
     def remove_request(self, req_id: str) -> int | None:
         slot = self.req_id_to_index.pop(req_id, None)
