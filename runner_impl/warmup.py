@@ -9,10 +9,14 @@ steps with full drafts, then an abort, as vLLM's warmup does.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from .engine.request import Request
 from .engine.scheduler import Scheduler
 from .sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from .engine.core import EngineCore
 
 
 DECODE_STEPS = 3
@@ -23,7 +27,7 @@ def warmup_prompt_len(k: int, short_prefill_fault: bool) -> int:
     return 2 if short_prefill_fault else 2 + k
 
 
-def run_warmup(core: "EngineCore") -> None:  # noqa: F821 (engine imports us)
+def run_warmup(core: "EngineCore") -> None:
     cfg = core.cfg
     k = cfg.num_speculative_tokens
     short = core.runner.name == "v2" and cfg.faults.active("warmup-short-prefill")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from conftest import GREEDY, RUNNER_KW, make_prompts, run
+from conftest import RUNNER_KW, make_prompts, run
 from runner_impl import LLM, SamplingParams
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),

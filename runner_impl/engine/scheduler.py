@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
-from .block_manager import BlockAllocator, cdiv
+from .block_manager import BlockAllocator
 from .outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .request import Request, RequestStatus
 
@@ -195,12 +195,3 @@ class Scheduler:
             elif req in self.running:
                 self._free(req)
             req.status = RequestStatus.FINISHED_STOPPED
-
-    def finish_externally(self, req: Request) -> None:
-        """A request leaves this instance (PD: prefill done, handed to the decode side)."""
-        if req in self.running:
-            self._free(req)
-        del self.requests[req.req_id]
-
-    def blocks_for(self, num_tokens: int) -> int:
-        return cdiv(num_tokens, self.allocator.block_size)

@@ -48,7 +48,6 @@ class InputBatch:
 
 def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: SchedulerOutput,
                    k: int, faults: FaultSet) -> InputBatch:
-    device = state.device
     req_ids = sched.req_ids
     R = len(req_ids)
     idx_np = np.array([state.req_id_to_index[r] for r in req_ids], dtype=np.int64)

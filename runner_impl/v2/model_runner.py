@@ -6,7 +6,6 @@ outside the measured phases.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch.profiler import record_function
 

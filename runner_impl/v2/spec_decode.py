@@ -12,7 +12,6 @@ Both write `RequestState.draft_tokens[slot, :k]` for every row; the scheduler on
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..model.llama import AttentionMetadata, LlamaForCausalLM
