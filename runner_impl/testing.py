@@ -4,55 +4,13 @@ downloaded model and can still check our model against transformers."""
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 import torch
 
-UNK, BOS, EOS = "<unk>", "<s>", "</s>"
+from .model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer
 
-# Characters in the order they get a token; a small vocab keeps the most useful ones.
-_CHARS = (
-    " "
-    + string.ascii_lowercase
-    + string.ascii_uppercase
-    + string.digits
-    + "\n.,!?'\"-:;()"
-    + "".join(c for c in string.punctuation if c not in ".,!?'\"-:;()")
-)
-
-
-def tiny_vocab(vocab_size: int) -> dict[str, int]:
-    """`<unk>`=0, `<s>`=1, `</s>`=2 (the ids HF's LlamaConfig defaults to), then single characters,
-    then `<unused_N>` fillers up to exactly `vocab_size` entries."""
-    if vocab_size < 4:
-        raise ValueError(f"vocab_size must be at least 4, got {vocab_size}")
-    tokens = [UNK, BOS, EOS] + list(_CHARS[: vocab_size - 3])
-    tokens += [f"<unused_{i}>" for i in range(vocab_size - len(tokens))]
-    return {tok: i for i, tok in enumerate(tokens)}
-
-
-def _write_tokenizer(path: Path, vocab_size: int, max_length: int) -> None:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
-
-    vocab = tiny_vocab(vocab_size)
-    # BPE with no merges = one token per character; unknown characters become <unk>.
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (UNK, BOS, EOS)])
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, vocab[BOS])]
-    )  # Llama-style: prompts start with BOS
-    tok.decoder = decoders.Fuse()  # concatenate characters back, no spaces in between
-    tok.save(str(path / "tokenizer.json"))
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS,
-        "eos_token": EOS,
-        "unk_token": UNK,
-        "model_max_length": max_length,
-        "clean_up_tokenization_spaces": False,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+tiny_vocab = char_vocab   # the test models use the shipped model's tokenizer
 
 
 def make_tiny_llama(
@@ -104,5 +62,5 @@ def make_tiny_llama(
     model.save_pretrained(path, safe_serialization=True)
     generation_config = {"bos_token_id": vocab[BOS], "eos_token_id": vocab[EOS]}
     (path / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
-    _write_tokenizer(path, vocab_size, max_position_embeddings)
+    write_char_tokenizer(path, vocab_size, max_position_embeddings)
     return path

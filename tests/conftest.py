@@ -57,3 +57,15 @@ def run(model_dir, prompts, params=GREEDY, **kw) -> list[list[int]]:
 def v2_greedy(tiny_model_dir, prompts64) -> list[list[int]]:
     """The reference outputs every parity test compares against."""
     return run(tiny_model_dir, prompts64)
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    """$MRBENCH_DATA_DIR, default ../shared/data next to the repo; skip when absent."""
+    import os
+    from pathlib import Path
+    d = Path(os.environ.get("MRBENCH_DATA_DIR",
+                            Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    if not d.is_dir():
+        pytest.skip(f"data directory {d} is absent (set MRBENCH_DATA_DIR)")
+    return d

@@ -1,0 +1,1 @@
+"""Workloads mrbench replays: generated GSM8K-format problems and their scoring."""
