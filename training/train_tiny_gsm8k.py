@@ -77,7 +77,8 @@ def batches(examples, batch_size: int, max_len: int, rng: random.Random, device)
             yield x.to(device), y.to(device)
 
 
-def train(cfg: dict, device: str, out: Path) -> dict:
+def train(cfg: dict, device: str, out: Path, time_budget_s: float | None = None) -> dict:
+    """Train and save; stops early (and still saves) once time_budget_s is spent."""
     import transformers
 
     torch.manual_seed(cfg["seed"])
@@ -107,6 +108,9 @@ def train(cfg: dict, device: str, out: Path) -> dict:
     t1 = time.time()
     model.train()
     for step in range(t["steps"]):
+        if time_budget_s is not None and time.time() - t1 > time_budget_s:
+            print(f"time budget {time_budget_s:.0f}s spent: stopping at step {step}", flush=True)
+            break
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         x, y = next(it)
@@ -129,9 +133,10 @@ def train(cfg: dict, device: str, out: Path) -> dict:
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": vocab[BOS], "eos_token_id": vocab[EOS]}, indent=2) + "\n")
     hw = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or "cpu"
-    return dict(params=n_params, train_examples=len(examples), steps=t["steps"],
-                batch_size=t["batch_size"], tokens_seen=None, data_gen_s=round(data_s, 1),
-                train_s=round(train_s, 1), final_loss=round(sum(losses[-200:]) / len(losses[-200:]), 4),
+    return dict(params=n_params, train_examples=len(examples), steps=len(losses),
+                batch_size=t["batch_size"], data_gen_s=round(data_s, 1),
+                train_s=round(train_s, 1),
+                final_loss=round(sum(losses[-200:]) / len(losses[-200:]), 4) if losses else None,
                 hardware=hw, torch=torch.__version__, transformers=transformers.__version__)
 
 
@@ -211,6 +216,8 @@ def main() -> int:
     ap.add_argument("--config", default=str(ROOT / "training" / "tiny_gsm8k.yaml"))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default=str(ROOT / "runner_impl" / "assets" / "gsm8k-tiny"))
+    ap.add_argument("--time-budget-s", type=float,
+                    help="stop training after this many seconds, then save and evaluate")
     ap.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE",
                     help="override config values, e.g. train.steps=50 (for smoke runs)")
     a = ap.parse_args()
@@ -220,7 +227,7 @@ def main() -> int:
         section, name = key.split(".")
         cfg[section][name] = yaml.safe_load(value)
     out = Path(a.out)
-    tr = train(cfg, a.device, out)
+    tr = train(cfg, a.device, out, a.time_budget_s)
     ev = evaluate(out, cfg, a.device)
     model_card(out, cfg, tr, ev, a.config)
     print(json.dumps(dict(train=tr, eval=ev), indent=2))
