@@ -10,7 +10,6 @@ import torch
 
 from .model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer
 
-tiny_vocab = char_vocab   # the test models use the shipped model's tokenizer
 
 
 def make_tiny_llama(
@@ -36,7 +35,7 @@ def make_tiny_llama(
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    vocab = tiny_vocab(vocab_size)
+    vocab = char_vocab(vocab_size)
     config = transformers.LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,

@@ -88,6 +88,15 @@ def test_prompt_that_can_never_fit_the_kv_cache_is_rejected(tiny_model_dir):
         llm.generate([[5] * 40], GREEDY)
 
 
+def test_stuck_engine_raises_instead_of_spinning(tiny_model_dir):
+    llm = LLM(tiny_model_dir, **RUNNER_KW)
+    llm.add_request([5] * 10, GREEDY)
+    llm.cores[0].allocator.free.clear()          # no block can ever be granted
+    with pytest.raises(RuntimeError, match="no progress in 100 steps"):
+        while llm.has_unfinished():
+            llm.step()
+
+
 @pytest.mark.parametrize("runner", ["v2", "v1"])
 def test_preemption_keeps_outputs(tiny_model_dir, prompts64, v2_greedy, runner):
     llm = LLM(tiny_model_dir, runner=runner, num_kv_blocks=24, **RUNNER_KW)

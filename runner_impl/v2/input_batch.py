@@ -60,8 +60,7 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
     token_row = np.repeat(np.arange(R, dtype=np.int64), num_sched)
     token_offset = np.arange(T, dtype=np.int64) - qsl[token_row]
     # A row samples a token unless it is a prefill chunk that stops short of prefill_len.
-    ends_prefill = state.num_computed_prefill_tokens[idx_np] + num_sched >= state.prefill_len[idx_np]
-    samples_token = ~state.is_prefilling(idx_np) | ends_prefill
+    samples_token = ~state.is_prefilling(idx_np, num_sched)
     # Logit positions: the last 1 + drafts tokens of each row, padded by repeating.
     W = 1 + int(num_drafts.max(initial=0))
     j = np.minimum(np.arange(W)[None, :], num_drafts[:, None])

@@ -104,9 +104,10 @@ class RequestState:
         self._staged_tokens, self._staged_scalars = [], []
         self._staged_last_sampled, self._staged_draft_reset = [], []
 
-    def is_prefilling(self, idx: np.ndarray) -> np.ndarray:
-        """Per request (vLLM PR 42202 replaced a batch-wide `any_prefills` with this)."""
-        return self.num_computed_prefill_tokens[idx] < self.prefill_len[idx]
+    def is_prefilling(self, idx: np.ndarray, num_scheduled: np.ndarray) -> np.ndarray:
+        """Per request, after this step's tokens: still short of prefill_len? (vLLM PR 42202
+        replaced a batch-wide `any_prefills` with a per-request array.)"""
+        return self.num_computed_prefill_tokens[idx] + num_scheduled < self.prefill_len[idx]
 
     def remove_request(self, req_id: str) -> int | None:
         slot = self.req_id_to_index.pop(req_id, None)
