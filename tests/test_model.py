@@ -58,7 +58,7 @@ class Pages:
             start += n
         self.spare = perm[start:]  # never written: table padding points here (masked garbage)
 
-    def meta(self, chunks, uniform=None, slack=3):
+    def meta(self, chunks, uniform=None, slack=3, segmented=False):
         """chunks: [(seq_index, start_pos, num_tokens)] per row, rows in batch order."""
         bs = self.block_size
         width = max(len(t) for t in self.tables) + 1  # wider than needed: exercises the nblk clamp
@@ -86,12 +86,13 @@ class Pages:
             max_query_len=max(n for _, _, n in chunks),
             max_seq_len=max(seq_lens) + slack,  # only an upper bound
             uniform_query_len=uniform,
+            query_lens_cpu=[n for _, _, n in chunks] if segmented else None,
         )
 
 
-def run_step(model, seqs, pages, caches, chunks, uniform=None):
+def run_step(model, seqs, pages, caches, chunks, uniform=None, segmented=False):
     ids = torch.cat([seqs[s][start : start + n] for s, start, n in chunks])
-    meta = pages.meta(chunks, uniform)
+    meta = pages.meta(chunks, uniform, segmented=segmented)
     with torch.inference_mode():
         return model.compute_logits(model(ids, meta, caches))
 
@@ -110,17 +111,36 @@ def test_single_prefill_row_matches_hf(model, seqs, reference, block_size):
         check_step(run_step(model, seqs, pages, caches, chunks), reference, chunks)
 
 
+@pytest.mark.parametrize("segmented", [False, True], ids=["one-grid", "segmented"])
 @pytest.mark.parametrize("block_size", [4, 16])
-def test_chunked_prefill_mixed_with_decode_matches_hf(model, seqs, reference, block_size):
+def test_chunked_prefill_mixed_with_decode_matches_hf(model, seqs, reference, block_size, segmented):
     pages = Pages(SEQ_LENS, block_size, seed=block_size)
     caches = allocate_kv_cache(model.config, pages.num_blocks, block_size, torch.float32, "cpu")
     steps = [
-        [(0, 0, 6), (1, 0, 8), (2, 0, 12), (3, 0, 4)],  # first chunks of every prompt
+        [(0, 0, 6), (1, 0, 8), (2, 0, 12), (3, 0, 4)],  # first chunks; segmented: short|long|short
         [(2, 12, 5), (1, 8, 1), (0, 6, 7), (3, 4, 1)],  # rows reordered; two decode rows
         [(2, 17, 4)],  # last chunk, reading 17 cached positions
     ]
     for chunks in steps:
-        check_step(run_step(model, seqs, pages, caches, chunks), reference, chunks)
+        check_step(run_step(model, seqs, pages, caches, chunks, segmented=segmented), reference, chunks)
+
+
+def test_row_segments_split_short_from_long_rows():
+    from runner_impl.model.llama import SHORT_QUERY, row_segments
+    assert row_segments([1, 1, 3]) == [(0, 3)]
+    assert row_segments([1, 1, SHORT_QUERY + 1, 40, 2]) == [(0, 2), (2, 4), (4, 5)]
+    assert row_segments([]) == []
+
+
+def test_query_lens_must_match_the_batch(model, seqs):
+    pages = Pages(SEQ_LENS, 4)
+    caches = allocate_kv_cache(model.config, pages.num_blocks, 4, torch.float32, "cpu")
+    chunks = [(0, 0, 6), (2, 0, 12)]
+    ids = torch.cat([seqs[s][start : start + n] for s, start, n in chunks])
+    meta = pages.meta(chunks, segmented=True)
+    meta.query_lens_cpu = [6, 11]
+    with pytest.raises(ValueError, match="query_lens_cpu"), torch.inference_mode():
+        model(ids, meta, caches)
 
 
 @pytest.mark.parametrize("query_len", [1, 3])

@@ -8,7 +8,7 @@ queue the next step (or capture a CUDA graph) while this one runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -153,6 +153,9 @@ class AttentionMetadata:
     max_query_len: int  # host int
     max_seq_len: int  # host int: an UPPER BOUND of seq_lens.max(), sizes the KV gather
     uniform_query_len: int | None = None  # host: every row has exactly this many query tokens -> fast path
+    query_lens_cpu: Sequence[int] | None = None  # host: each row's query length; lets a mixed batch
+    # split into contiguous row segments (decodes apart from prefill chunks) so no decode row is
+    # padded to a prefill chunk's length. None = one segment padded to max_query_len.
     # slot_mapping must always be valid: "-1 = don't write" is NOT supported (skipping would need a
     # data-dependent mask); point padding tokens at a scratch block instead.
 
@@ -169,17 +172,39 @@ def allocate_kv_cache(
 
 
 @dataclass
-class _StepPlan:
-    """Per-forward tensors shared by every layer, so the mask and RoPE are built once per step."""
+class _Segment:
+    """Contiguous rows [row0, row1) and their tokens [tok0, tok1), attended as one padded grid."""
 
+    tok0: int
+    tok1: int
     num_rows: int
-    query_len: int  # padded query length of every row
+    query_len: int  # padded query length of every row in the segment
+    block_ids: torch.Tensor  # [rows * nblk] int64
+    mask: torch.Tensor  # [rows, 1, G * query_len, nblk * block_size] bool, G = query heads per KV head
+    flat_index: torch.Tensor | None  # [tokens] position in the padded [rows * query_len] grid; None if uniform
+
+
+@dataclass
+class _StepPlan:
+    """Per-forward tensors shared by every layer, so masks and RoPE are built once per step."""
+
     cos: torch.Tensor  # [T, 1, head_dim], model dtype
     sin: torch.Tensor
     slots: torch.Tensor  # [T] int64
-    block_ids: torch.Tensor  # [R * nblk] int64
-    mask: torch.Tensor  # [R, 1, G * query_len, nblk * block_size] bool, G = query heads per KV head
-    flat_index: torch.Tensor | None  # [T] position in the padded [R * query_len] grid; None on the uniform path
+    segments: list[_Segment]
+
+
+SHORT_QUERY = 8  # rows with at most this many query tokens (decode, spec verify) share a segment
+
+
+def row_segments(query_lens: Sequence[int]) -> list[tuple[int, int]]:
+    """Split rows into contiguous runs of short (<= SHORT_QUERY) and long query lengths."""
+    segs, start = [], 0
+    for r in range(1, len(query_lens) + 1):
+        if r == len(query_lens) or (query_lens[r] > SHORT_QUERY) != (query_lens[start] > SHORT_QUERY):
+            segs.append((start, r))
+            start = r
+    return segs
 
 
 class RMSNorm(nn.Module):
@@ -221,7 +246,6 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, plan: _StepPlan, kv_cache: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        G, R, Q = H // KVH, plan.num_rows, plan.query_len
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, H, D)
         k = k.view(num_tokens, KVH, D)
@@ -234,26 +258,29 @@ class Attention(nn.Module):
         flat_cache[0].index_copy_(0, plan.slots, k)
         flat_cache[1].index_copy_(0, plan.slots, v)
 
-        # 2. Each row's context, in order: [2, R, L, KVH, D] -> K, V as [R, KVH, L, D].
-        kv = kv_cache.index_select(1, plan.block_ids).view(2, R, -1, KVH, D)
+        # 2. Attend per segment (rows are contiguous in the flat batch, so outputs concatenate).
+        outs = [self._attend(q[seg.tok0:seg.tok1], seg, kv_cache) for seg in plan.segments]
+        return self.o_proj(outs[0] if len(outs) == 1 else torch.cat(outs))
+
+    def _attend(self, q: torch.Tensor, seg: _Segment, kv_cache: torch.Tensor) -> torch.Tensor:
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        G, R, Q = H // KVH, seg.num_rows, seg.query_len
+        # Each row's context, in order: [2, R, L, KVH, D] -> K, V as [R, KVH, L, D].
+        kv = kv_cache.index_select(1, seg.block_ids).view(2, R, -1, KVH, D)
         keys, values = kv[0].transpose(1, 2), kv[1].transpose(1, 2)
 
-        # 3. Queries as a [R, Q, H, D] grid.
-        if plan.flat_index is None:  # uniform rows: the flat batch already is the grid
+        # Queries as a [R, Q, H, D] grid.
+        if seg.flat_index is None:  # uniform rows: the flat tokens already are the grid
             q_grid = q.view(R, Q, H, D)
         else:  # ragged rows: scatter into a zero-padded grid
-            q_grid = q.new_zeros(R * Q, H, D).index_copy_(0, plan.flat_index, q).view(R, Q, H, D)
+            q_grid = q.new_zeros(R * Q, H, D).index_copy_(0, seg.flat_index, q).view(R, Q, H, D)
 
-        # 4. GQA without copying K/V: the G query heads sharing a KV head become G*Q query rows
-        #    of that head (head h = kv_head * G + g, as HF's repeat_kv pairs them).
+        # GQA without copying K/V: the G query heads sharing a KV head become G*Q query rows
+        # of that head (head h = kv_head * G + g, as HF's repeat_kv pairs them).
         q_grid = q_grid.view(R, Q, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(R, KVH, G * Q, D)
-        out = F.scaled_dot_product_attention(q_grid, keys, values, attn_mask=plan.mask, scale=self.scale)
+        out = F.scaled_dot_product_attention(q_grid, keys, values, attn_mask=seg.mask, scale=self.scale)
         out = out.view(R, KVH, G, Q, D).permute(0, 3, 1, 2, 4).reshape(R * Q, H * D)
-
-        # 5. Back to the flat batch.
-        if plan.flat_index is not None:
-            out = out.index_select(0, plan.flat_index)
-        return self.o_proj(out)
+        return out if seg.flat_index is None else out.index_select(0, seg.flat_index)
 
 
 class MLP(nn.Module):
@@ -309,12 +336,9 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("rope_sin", emb.sin().to(device), persistent=False)
 
     def _plan(self, num_tokens: int, meta: AttentionMetadata, kv_caches: list[torch.Tensor]) -> _StepPlan:
-        cfg = self.config
-        device = self.rope_cos.device
         dtype = self.embed_tokens.weight.dtype
         num_rows = meta.seq_lens.shape[0]
         positions = meta.positions.long()
-
         if meta.uniform_query_len is not None:
             query_len = meta.uniform_query_len
             if num_rows * query_len != num_tokens:
@@ -322,34 +346,57 @@ class LlamaForCausalLM(nn.Module):
                     f"uniform_query_len={query_len} with {num_rows} rows needs {num_rows * query_len} tokens, "
                     f"got {num_tokens}"
                 )
+            segments = [self._segment(meta, kv_caches, 0, num_rows, 0, num_tokens, [query_len] * num_rows)]
+        elif meta.query_lens_cpu is None:
+            segments = [self._segment(meta, kv_caches, 0, num_rows, 0, num_tokens, None)]
+        else:
+            qlens = [int(x) for x in meta.query_lens_cpu]
+            if len(qlens) != num_rows or sum(qlens) != num_tokens:
+                raise ValueError(f"query_lens_cpu has {len(qlens)} rows / {sum(qlens)} tokens, "
+                                 f"the batch {num_rows} / {num_tokens}")
+            segments, tok0 = [], 0
+            for r0, r1 in row_segments(qlens):
+                tok1 = tok0 + sum(qlens[r0:r1])
+                segments.append(self._segment(meta, kv_caches, r0, r1, tok0, tok1, qlens[r0:r1]))
+                tok0 = tok1
+        return _StepPlan(
+            cos=self.rope_cos.index_select(0, positions).to(dtype)[:, None],
+            sin=self.rope_sin.index_select(0, positions).to(dtype)[:, None],
+            slots=meta.slot_mapping.long(),
+            segments=segments,
+        )
+
+    def _segment(self, meta: AttentionMetadata, kv_caches: list[torch.Tensor], r0: int, r1: int,
+                 tok0: int, tok1: int, qlens: list[int] | None) -> _Segment:
+        """Mask and gather indices for rows [r0, r1); qlens (host) if known, else max_query_len pads."""
+        cfg = self.config
+        device = self.rope_cos.device
+        num_rows = r1 - r0
+        positions = meta.positions[tok0:tok1].long()
+        if qlens is not None and min(qlens) == max(qlens):
+            query_len = qlens[0]
             flat_index = None
             query_pos = positions.view(num_rows, query_len)
         else:
-            query_len = meta.max_query_len
-            flat_index = meta.token_row.long() * query_len + meta.token_offset.long()
+            query_len = max(qlens) if qlens is not None else meta.max_query_len
+            rows = meta.token_row[tok0:tok1].long() - r0
+            flat_index = rows * query_len + meta.token_offset[tok0:tok1].long()
             # Padded query slots get position 0: they attend key 0 only (never empty) and are dropped.
             query_pos = positions.new_zeros(num_rows * query_len).index_copy_(0, flat_index, positions)
             query_pos = query_pos.view(num_rows, query_len)
 
         block_size = kv_caches[0].shape[2]
-        num_blocks = min(-(-meta.max_seq_len // block_size), meta.block_table.shape[1])
+        block_table = meta.block_table[r0:r1]
+        num_blocks = min(-(-meta.max_seq_len // block_size), block_table.shape[1])
         key_pos = torch.arange(num_blocks * block_size, device=device)
         # Key j is visible to a query at position p iff j <= p and j is inside the row's context.
-        mask = (key_pos <= query_pos[:, :, None]) & (key_pos < meta.seq_lens[:, None, None])
+        mask = (key_pos <= query_pos[:, :, None]) & (key_pos < meta.seq_lens[r0:r1, None, None])
         group = cfg.num_attention_heads // cfg.num_key_value_heads
         mask = mask[:, None].expand(num_rows, group, query_len, key_pos.shape[0])
         mask = mask.reshape(num_rows, 1, group * query_len, key_pos.shape[0])
-
-        return _StepPlan(
-            num_rows=num_rows,
-            query_len=query_len,
-            cos=self.rope_cos.index_select(0, positions).to(dtype)[:, None],
-            sin=self.rope_sin.index_select(0, positions).to(dtype)[:, None],
-            slots=meta.slot_mapping.long(),
-            block_ids=meta.block_table[:, :num_blocks].long().reshape(-1),
-            mask=mask,
-            flat_index=flat_index,
-        )
+        return _Segment(tok0=tok0, tok1=tok1, num_rows=num_rows, query_len=query_len,
+                        block_ids=block_table[:, :num_blocks].long().reshape(-1),
+                        mask=mask, flat_index=flat_index)
 
     def forward(
         self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_caches: list[torch.Tensor]

@@ -83,7 +83,8 @@ class ModelRunnerV1:
         meta = AttentionMetadata(
             query_start_loc=t(qsl), seq_lens=t(seq_lens), block_table=t(tables),
             slot_mapping=t(slots), token_row=t(trow), token_offset=t(toff), positions=t(pos),
-            max_query_len=max(n for _, _, n in rows), max_seq_len=max(seq_lens))
+            max_query_len=max(n for _, _, n in rows), max_seq_len=max(seq_lens),
+            query_lens_cpu=[n for _, _, n in rows])
         return ids, meta
 
     @torch.inference_mode()

@@ -104,7 +104,8 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
         slot_mapping=block_tables.slot_mapping(idx, row_d, positions),
         token_row=row_d, token_offset=off_d, positions=positions,
         max_query_len=int(num_sched.max(initial=1)), max_seq_len=max_seq_len,
-        uniform_query_len=(1 + k) if key[0] == "uniform_decode" else None)
+        uniform_query_len=(1 + k) if key[0] == "uniform_decode" else None,
+        query_lens_cpu=num_sched)
     return InputBatch(
         req_ids=req_ids, idx_mapping_np=idx_np, idx_mapping=idx, num_scheduled=num_sched,
         num_scheduled_gpu=nsched_d, num_drafts=num_drafts, num_drafts_gpu=ndraft_d,
