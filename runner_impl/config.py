@@ -35,6 +35,7 @@ class EngineConfig:
     faults: FaultSet = field(default_factory=FaultSet)
     seed: int = 0
     warmup: bool = True
+    debug_poison_freed_slots: bool = False  # V2: freed slots get a poison token (state audit)
 
     def __post_init__(self) -> None:
         if not isinstance(self.faults, FaultSet):

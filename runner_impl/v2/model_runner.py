@@ -34,7 +34,8 @@ class ModelRunnerV2:
         dev = cfg.torch_device
         n = cfg.max_num_seqs
         self.staging = PinnedStaging(dev)
-        self.state = RequestState(n, max_model_len, self.k, dev, self.faults, self.staging)
+        poison = model.config.vocab_size - 1 if cfg.debug_poison_freed_slots else None
+        self.state = RequestState(n, max_model_len, self.k, dev, self.faults, self.staging, poison)
         self.block_tables = BlockTables(n, max_blocks_per_req, cfg.block_size, dev, self.staging)
         self.sampling = SamplingState(n, dev, self.staging)
         self.proposer: NgramProposer | DraftModelProposer | None = None

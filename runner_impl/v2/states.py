@@ -16,8 +16,14 @@ from .staging import PinnedStaging
 
 class RequestState:
     def __init__(self, max_num_reqs: int, max_model_len: int, k: int,
-                 device: torch.device, faults: FaultSet, staging: PinnedStaging) -> None:
+                 device: torch.device, faults: FaultSet, staging: PinnedStaging,
+                 poison_token: int | None = None) -> None:
         self.max_num_reqs = max_num_reqs
+        # Debug (mrbench's state audit): a freed slot's per-slot token state is overwritten
+        # with this id, so a new occupant that reads it before initialising it decodes garbage
+        # instead of, by luck, its predecessor's plausible token.
+        self.poison_token = poison_token
+        self._staged_poison: list[int] = []
         self.max_model_len = max_model_len
         self.k = k
         self.device = device
@@ -83,9 +89,14 @@ class RequestState:
 
     def apply_staged_writes(self) -> None:
         """One upload and a few scatters for every request added this step."""
+        up = self.staging.upload
+        if self._staged_poison:           # before this step's admissions, which may reuse them
+            slots = up(self._staged_poison)
+            self.last_sampled_tokens.index_fill_(0, slots, self.poison_token)
+            self.draft_tokens.index_fill_(0, slots, self.poison_token)
+            self._staged_poison = []
         if not self._staged_scalars:
             return
-        up = self.staging.upload
         sc = up(self._staged_scalars)                       # [m, 4]: slot, total, nc, prefill
         slots = sc[:, 0]
         self.total_len[slots] = sc[:, 1]
@@ -115,6 +126,8 @@ class RequestState:
             return None
         del self.index_to_req_id[slot]
         self.free_indices.append(slot)
+        if self.poison_token is not None:
+            self._staged_poison.append(slot)
         return slot
 
     def update_request(self, slot: int, num_computed_tokens: int) -> None:

@@ -1,0 +1,31 @@
+"""Per-request latency (vLLM's definitions) and per-step durations.
+
+TTFT = first token time - arrival; TPOT = (last - first token time) / (output tokens - 1);
+ITL = gaps between consecutive tokens (spec decode: tokens of one step share a time, so
+gaps of 0 appear, as in vLLM); E2E = last token time - arrival. Milliseconds throughout.
+"""
+from __future__ import annotations
+
+import math
+
+from ..targets.base import Completion, Step
+
+
+def request_latency(c: Completion) -> dict:
+    tt = c.token_times
+    if not tt:
+        return dict(ttft_ms=math.nan, tpot_ms=math.nan, e2e_ms=math.nan)
+    return dict(ttft_ms=(tt[0] - c.arrival_time) * 1e3,
+                tpot_ms=(tt[-1] - tt[0]) / (len(tt) - 1) * 1e3 if len(tt) > 1 else math.nan,
+                e2e_ms=(tt[-1] - c.arrival_time) * 1e3)
+
+
+def inter_token_latencies(c: Completion) -> list[float]:
+    tt = c.token_times
+    return [(b - a) * 1e3 for a, b in zip(tt, tt[1:])]
+
+
+def step_rows(steps: list[Step]) -> list[dict]:
+    return [dict(instance=s.instance, step=s.index, t_start_s=s.t_start,
+                 duration_ms=(s.t_end - s.t_start) * 1e3, num_reqs=s.num_reqs,
+                 num_tokens=s.num_tokens, kind=s.kind) for s in steps]

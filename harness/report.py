@@ -1,0 +1,625 @@
+"""Self-contained HTML report for one results directory.
+
+``render_report(run_dir)`` reads what a run wrote (``manifest.json``, ``summary.json``,
+``requests.csv``, ``itl.csv``, ``steps.csv``) and writes ``<run_dir>/report.html``: one file,
+inline CSS, every plot a ``data:image/png;base64`` image, no external resource of any kind.
+
+Layout: title + overall verdict badge (+ failures), the verdict table, per-workload plots
+(latency CDFs, P99 with CI, syncs per step per phase, per-step duration, accuracy and token
+agreement), then the manifest. Any input may be missing, empty or lack columns: the plot
+that needs it is skipped with a note, the report is still written.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from jinja2 import Environment, FileSystemLoader  # noqa: E402
+
+__all__ = ["render_report", "wilson_ci", "fmt_num"]
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+TEMPLATE_NAME = "report.html.j2"
+
+SIDES = ("baseline", "candidate")
+SIDE_COLORS = {"baseline": "#4C72B0", "candidate": "#DD8452"}
+REGRESSION_COLOR = "#C44E52"
+PHASES = ("prepare", "forward", "sample", "postprocess", "output")
+LATENCIES = (  # (title, source, column)
+    ("TTFT", "requests", "ttft_ms"),
+    ("TPOT", "requests", "tpot_ms"),
+    ("ITL", "itl", "itl_ms"),
+    ("E2E", "requests", "e2e_ms"),
+)
+DPI = 80
+MAX_ECDF_POINTS = 2000
+MAX_STEP_POINTS = 2000  # per line; longer step series are binned
+STEP_BINS = 200
+
+
+# ---------------------------------------------------------------------------------------
+# formatting / small statistics
+# ---------------------------------------------------------------------------------------
+
+def _is_missing(x: Any) -> bool:
+    if x is None:
+        return True
+    try:
+        return bool(isinstance(x, float) and math.isnan(x))
+    except TypeError:
+        return False
+
+
+def _as_float(x: Any) -> float | None:
+    if _is_missing(x) or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def fmt_num(x: Any, signed: bool = False, sig: int = 4) -> str:
+    """Number for a table cell: ``sig`` significant digits, big numbers in full, None -> '—'."""
+    if _is_missing(x):
+        return "—"
+    if isinstance(x, bool):
+        return str(x).lower()
+    v = _as_float(x)
+    if v is None:
+        return str(x)
+    if math.isinf(v):
+        return ("+" if signed and v > 0 else "") + ("∞" if v > 0 else "-∞")
+    sign = "+" if signed and v > 0 else ""
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if 10 ** sig <= a < 1e15:
+        return f"{sign}{v:,.0f}"
+    return f"{sign}{v:.{sig}g}"
+
+
+def _fmt_p(p: Any) -> str:
+    v = _as_float(p)
+    if v is None:
+        return "—"
+    if 0 < v < 1e-4:
+        return "<1e-4"
+    return f"{v:.3g}"
+
+
+def _fmt_ci(ci: Any) -> str:
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return "—"
+    lo, hi = (_as_float(c) for c in ci)
+    if lo is None and hi is None:
+        return "—"
+    return f"[{fmt_num(lo, signed=True)}, {fmt_num(hi, signed=True)}]"
+
+
+def wilson_ci(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for k successes out of n (95 % by default); (nan, nan) if n=0."""
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if k <= 0 else max(0.0, centre - half)
+    hi = 1.0 if k >= n else min(1.0, centre + half)
+    return (lo, hi)
+
+
+def _to_bool(s: pd.Series) -> pd.Series:
+    """Column of bools/strings/numbers/blanks -> float 1.0/0.0/NaN."""
+    true = {"true", "1", "1.0", "yes", "y", "t"}
+    false = {"false", "0", "0.0", "no", "n", "f"}
+
+    def conv(v: Any) -> float:
+        if _is_missing(v):
+            return float("nan")
+        if isinstance(v, (bool, np.bool_)):
+            return 1.0 if v else 0.0
+        if isinstance(v, (int, float, np.integer, np.floating)):
+            return 1.0 if v else 0.0
+        t = str(v).strip().lower()
+        if t in true:
+            return 1.0
+        if t in false:
+            return 0.0
+        return float("nan")
+
+    return s.map(conv).astype(float)
+
+
+# ---------------------------------------------------------------------------------------
+# loading
+# ---------------------------------------------------------------------------------------
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    """(data, error message); data is None when the file is absent or unreadable."""
+    if not path.is_file():
+        return None, f"{path.name} not found"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, ValueError) as e:
+        return None, f"{path.name} unreadable: {e}"
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    """The table, or None when absent, empty or unreadable. Column names stripped;
+    ``workload`` / ``side`` as strings when present."""
+    if not path.is_file():
+        return None
+    try:
+        # as text: a workload named "001" must still match summary.json
+        df = pd.read_csv(path, dtype={"workload": str, "side": str})
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError) as e:
+        log.warning("report: cannot read %s: %s", path, e)
+        return None
+    df.columns = [str(c).strip() for c in df.columns]
+    for col in ("workload", "side"):
+        if col in df.columns:
+            df[col] = df[col].where(df[col].isna(), df[col].astype(str).str.strip())
+    if df.empty:
+        return None
+    return df
+
+
+def _num(df: pd.DataFrame, col: str) -> pd.Series:
+    return pd.to_numeric(df[col], errors="coerce")
+
+
+def _for(df: pd.DataFrame | None, workload: str, side: str | None = None) -> pd.DataFrame | None:
+    if df is None or "workload" not in df.columns:
+        return None
+    m = df["workload"] == workload
+    if side is not None:
+        if "side" not in df.columns:
+            return None
+        m &= df["side"] == side
+    sub = df[m]
+    return None if sub.empty else sub
+
+
+# ---------------------------------------------------------------------------------------
+# figures
+# ---------------------------------------------------------------------------------------
+
+def _fig_to_data_uri(fig) -> str:
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = np.sort(values)
+    n = len(x)
+    y = np.arange(1, n + 1) / n
+    if n > MAX_ECDF_POINTS:  # same curve, fewer vertices
+        idx = np.unique(np.linspace(0, n - 1, MAX_ECDF_POINTS).round().astype(int))
+        x, y = x[idx], y[idx]
+    return x, y
+
+
+def _plot_latency_cdfs(workload: str, tables: dict[str, pd.DataFrame | None]):
+    series: list[tuple[str, str, dict[str, np.ndarray]]] = []
+    for title, source, col in LATENCIES:
+        df = tables.get(source)
+        per_side = {}
+        for side in SIDES:
+            sub = _for(df, workload, side)
+            if sub is None or col not in sub.columns:
+                continue
+            v = _num(sub, col).to_numpy(dtype=float)
+            v = v[np.isfinite(v)]
+            if len(v):
+                per_side[side] = v
+        if per_side:
+            series.append((title, col, per_side))
+    if not series:
+        return None
+    fig, axes = plt.subplots(1, len(series), figsize=(2.6 * len(series) + 1, 2.8), squeeze=False)
+    for ax, (title, col, per_side) in zip(axes[0], series):
+        lo = min(float(v.min()) for v in per_side.values())
+        hi = max(float(v.max()) for v in per_side.values())
+        for side, v in per_side.items():
+            x, y = _ecdf(v)
+            ax.step(x, y, where="post", color=SIDE_COLORS[side], lw=1.4,
+                    label=f"{side} (n={len(v)})")
+        if lo > 0 and hi / lo > 100:
+            ax.set_xscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(col, fontsize=8)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0][0].set_ylabel("fraction ≤ x", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _implied_candidate_ci(base: float | None, cand: float | None, delta: float | None,
+                          ci: Any) -> tuple[float, float] | None:
+    """Candidate interval implied by the CI of delta, when delta's form (candidate - baseline,
+    relative change, or ratio) can be recognised from the three point values."""
+    if base is None or cand is None or delta is None:
+        return None
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    lo, hi = (_as_float(c) for c in ci)
+    if lo is None or hi is None:
+        return None
+    close = lambda a, b: math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-9)  # noqa: E731
+    if close(base + delta, cand):
+        return base + lo, base + hi
+    if base != 0 and close(base * (1 + delta), cand):
+        return base * (1 + lo), base * (1 + hi)
+    if base != 0 and close(base * delta, cand):
+        return base * lo, base * hi
+    return None
+
+
+def _plot_p99(workload: str, checks: list[dict]):
+    rows = [c for c in checks
+            if str(c.get("workload")) == workload and str(c.get("metric", "")).startswith("p99_")
+            and (_as_float(c.get("baseline")) is not None or _as_float(c.get("candidate")) is not None)]
+    if not rows:
+        return None
+    ncols = min(4, len(rows))
+    nrows = math.ceil(len(rows) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.5 * ncols + 0.8, 2.7 * nrows), squeeze=False)
+    for ax in axes.flat[len(rows):]:
+        ax.axis("off")
+    for ax, c in zip(axes.flat, rows):
+        base, cand = _as_float(c.get("baseline")), _as_float(c.get("candidate"))
+        delta = _as_float(c.get("delta"))
+        regressed = c.get("verdict") == "regression"
+        colors = [SIDE_COLORS["baseline"], REGRESSION_COLOR if regressed else SIDE_COLORS["candidate"]]
+        vals = [base if base is not None else 0.0, cand if cand is not None else 0.0]
+        ax.bar([0, 1], vals, color=colors, width=0.6)
+        for x, v in ((0, base), (1, cand)):
+            if v is None:
+                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=8)
+        band = _implied_candidate_ci(base, cand, delta, c.get("ci"))
+        if band is not None:
+            lo, hi = min(band), max(band)
+            ax.plot([1, 1], [lo, hi], color="black", lw=1.5)
+            ax.plot([1, 1], [lo, hi], color="black", marker="_", ms=14, lw=0)
+        ax.set_xticks([0, 1], ["baseline", "candidate"], fontsize=8)
+        unit = c.get("unit") or ""
+        ax.set_ylabel(unit, fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(axis="y", alpha=0.3)
+        sub = f"Δ {fmt_num(delta, signed=True)} CI {_fmt_ci(c.get('ci'))}"
+        ax.set_title(f"{c.get('metric')}\n{sub} · {c.get('verdict', '')}", fontsize=8,
+                     color=REGRESSION_COLOR if regressed else "black")
+    fig.tight_layout()
+    return fig
+
+
+def _plot_syncs(workload: str, steps: pd.DataFrame | None):
+    cols = [f"syncs_{p}" for p in PHASES]
+    if steps is None or not any(c in steps.columns for c in cols):
+        return None
+    means: dict[str, list[float]] = {}
+    for side in SIDES:
+        sub = _for(steps, workload, side)
+        if sub is None:
+            continue
+        vals = [float(_num(sub, c).mean()) if c in sub.columns else float("nan") for c in cols]
+        if any(np.isfinite(vals)):
+            means[side] = vals
+    if not means:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    x = np.arange(len(PHASES))
+    w = 0.8 / len(means)
+    for i, (side, vals) in enumerate(means.items()):
+        pos = x - 0.4 + w * (i + 0.5)
+        v = np.nan_to_num(np.asarray(vals), nan=0.0)
+        ax.bar(pos, v, width=w, color=SIDE_COLORS[side],
+               label=f"{side} (total {np.nansum(vals):.3g}/step)")
+        for p, val, raw in zip(pos, v, vals):
+            ax.text(p, val, "n/a" if not np.isfinite(raw) else f"{val:.3g}",
+                    ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, PHASES, fontsize=8)
+    ax.set_ylabel("mean syncs / step", fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.15)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_step_durations(workload: str, steps: pd.DataFrame | None):
+    if steps is None or "duration_ms" not in steps.columns:
+        return None
+    lines = []
+    for side in SIDES:
+        sub = _for(steps, workload, side)
+        if sub is None:
+            continue
+        groups: Iterable = sub.groupby("instance", sort=True, dropna=False) if "instance" in sub.columns \
+            else [(None, sub)]
+        multi = "instance" in sub.columns and sub["instance"].nunique(dropna=False) > 1
+        for inst, g in groups:
+            y = _num(g, "duration_ms").to_numpy(dtype=float)
+            if "step" in g.columns:
+                xs = _num(g, "step").to_numpy(dtype=float)
+                if not np.isfinite(xs).all():
+                    xs = np.arange(len(g), dtype=float)
+            else:
+                xs = np.arange(len(g), dtype=float)
+            ok = np.isfinite(y)
+            if not ok.any():
+                continue
+            order = np.argsort(xs[ok], kind="stable")
+            label = side if not multi else f"{side} / {inst}"
+            lines.append((side, label, xs[ok][order], y[ok][order]))
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    styles = ["-", "--", ":", "-."]
+    seen: dict[str, int] = {}
+    binned = False
+    for side, label, xs, y in lines:
+        k = seen.get(side, 0)
+        seen[side] = k + 1
+        text = f"{label} (median {np.median(y):.3g} ms)"
+        if len(y) > MAX_STEP_POINTS:  # long run: per-bin median, min-max band
+            binned = True
+            chunks = np.array_split(np.arange(len(y)), STEP_BINS)
+            bx = np.array([xs[c].mean() for c in chunks])
+            ax.fill_between(bx, [y[c].min() for c in chunks], [y[c].max() for c in chunks],
+                            color=SIDE_COLORS[side], alpha=0.18, lw=0)
+            ax.plot(bx, [np.median(y[c]) for c in chunks], styles[k % len(styles)],
+                    color=SIDE_COLORS[side], lw=1.0, label=text)
+        else:
+            ax.plot(xs, y, styles[k % len(styles)], color=SIDE_COLORS[side], lw=0.8, alpha=0.85,
+                    label=text)
+    if binned:
+        ax.set_title(f"binned into {STEP_BINS} groups of steps: line = median, band = min-max",
+                     fontsize=8)
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_ylabel("duration_ms", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def _rate(df: pd.DataFrame | None, col: str) -> tuple[int, int] | None:
+    if df is None or col not in df.columns:
+        return None
+    b = _to_bool(df[col])
+    n = int(b.notna().sum())
+    if n == 0:
+        return None
+    return int(b.sum(skipna=True)), n
+
+
+def _plot_accuracy(workload: str, requests: pd.DataFrame | None):
+    panels = []
+    for col, title in (("correct_strict", "accuracy (strict match)"),
+                       ("agrees", "token agreement with baseline")):
+        bars = []
+        for side in SIDES:
+            r = _rate(_for(requests, workload, side), col)
+            if r is not None:
+                bars.append((side, *r))
+        if bars:
+            panels.append((title, bars))
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 0.6, 2.8), squeeze=False)
+    for ax, (title, bars) in zip(axes[0], panels):
+        for i, (side, k, n) in enumerate(bars):
+            p = k / n
+            lo, hi = wilson_ci(k, n)
+            ax.bar(i, p, color=SIDE_COLORS[side], width=0.6)
+            ax.plot([i, i], [lo, hi], color="black", lw=1.5)
+            ax.plot([i, i], [lo, hi], color="black", marker="_", ms=14, lw=0)
+            ax.text(i + 0.33, p, f"{p:.3f}\n{k}/{n}", fontsize=7, va="center")
+        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+        ax.set_xlim(-0.6, len(bars) - 0.1)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{title}\n(Wilson 95% CI)", fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+PLOTS = (  # (key, title, caption, builder(workload, ctx) -> Figure | None)
+    ("latency_cdf", "Latency CDFs (TTFT, TPOT, ITL, E2E)",
+     "Empirical CDFs per request (ITL: per inter-token gap); log x-axis when the range "
+     "spans more than 100x.",
+     lambda w, c: _plot_latency_cdfs(w, c)),
+    ("p99", "P99 with 95% CI",
+     "Bars: P99 per side as reported by the checks (red: regression). Black interval: the "
+     "check's 95% CI of delta mapped onto the candidate (baseline + CI, or baseline x (1 + CI) "
+     "for a relative delta); absent when delta's form is not recognised. Titles give delta "
+     "and its CI as reported.",
+     lambda w, c: _plot_p99(w, c["checks"])),
+    ("syncs", "Host syncs per step, by phase",
+     "Mean host-device synchronisations per step in each phase.",
+     lambda w, c: _plot_syncs(w, c["profile"] if c.get("profile") is not None else c["steps"])),
+    ("step_duration", "Per-step duration",
+     "duration_ms against step index, one line per side (and per instance when several).",
+     lambda w, c: _plot_step_durations(w, c["steps"])),
+    ("accuracy", "Accuracy and token agreement",
+     "Strict-match accuracy and greedy token agreement with the baseline, per side, over "
+     "requests that have a value; error bars are Wilson 95% intervals.",
+     lambda w, c: _plot_accuracy(w, c["requests"])),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# assembling
+# ---------------------------------------------------------------------------------------
+
+def _ordered_workloads(checks: list[dict], tables: Iterable[pd.DataFrame | None]) -> list[str]:
+    out: dict[str, None] = {}
+    for c in checks:
+        if c.get("workload") is not None:
+            out.setdefault(str(c["workload"]), None)
+    for df in tables:
+        if df is not None and "workload" in df.columns:
+            for w in df["workload"].dropna().unique():
+                out.setdefault(str(w), None)
+    return list(out)
+
+
+def _check_row(c: dict) -> dict:
+    verdict = str(c.get("verdict") or "")
+    return {
+        "workload": c.get("workload", ""),
+        "metric": c.get("metric", ""),
+        "unit": c.get("unit") or "",
+        "baseline": fmt_num(c.get("baseline")),
+        "candidate": fmt_num(c.get("candidate")),
+        "delta": fmt_num(c.get("delta"), signed=True),
+        "ci": _fmt_ci(c.get("ci")),
+        "p_value": _fmt_p(c.get("p_value")),
+        "threshold": c.get("threshold") or "",
+        "method": c.get("method") or "",
+        "verdict": verdict,
+        "note": c.get("note") or "",
+    }
+
+
+def _request_counts(requests: pd.DataFrame | None, workload: str) -> dict[str, int]:
+    out = {}
+    for side in SIDES:
+        sub = _for(requests, workload, side)
+        out[side] = 0 if sub is None else len(sub)
+    return out
+
+
+def _build_context(run_dir: Path) -> dict:
+    summary, summary_err = _read_json(run_dir / "summary.json")
+    if not isinstance(summary, dict):
+        if summary is not None:
+            summary_err = "summary.json is not a JSON object"
+        summary = {}
+    manifest, manifest_err = _read_json(run_dir / "manifest.json")
+
+    checks = [c for c in (summary.get("checks") or []) if isinstance(c, dict)]
+    failures = [f for f in (summary.get("failures") or []) if isinstance(f, dict)]
+    verdict = str(summary.get("verdict") or "error")
+    if verdict not in ("pass", "regression", "error"):
+        verdict = "error"
+
+    requests = _read_csv(run_dir / "requests.csv")
+    itl = _read_csv(run_dir / "itl.csv")
+    steps = _read_csv(run_dir / "steps.csv")
+    profile = _read_csv(run_dir / "profile.csv")   # profiled-pass steps: sync/op counts
+    ctx = {"checks": checks, "requests": requests, "itl": itl, "steps": steps, "profile": profile}
+
+    workloads = []
+    for w in _ordered_workloads(checks, (requests, itl, steps)):
+        plots, skipped = [], []
+        for key, title, caption, build in PLOTS:
+            try:
+                fig = build(w, ctx)
+            except Exception as e:  # a bad column must not cost the whole report
+                log.warning("report: plot %s for %s failed: %r", key, w, e)
+                plt.close("all")
+                skipped.append(f"{title}: plot failed ({type(e).__name__}: {e})")
+                continue
+            if fig is None:
+                skipped.append(f"{title}: no data")
+            else:
+                plots.append({"key": key, "title": title, "caption": caption,
+                              "src": _fig_to_data_uri(fig)})
+        workloads.append({"name": w, "plots": plots, "skipped": skipped,
+                          "counts": _request_counts(requests, w)})
+
+    if manifest is not None:
+        manifest_text = json.dumps(manifest, indent=2, ensure_ascii=False, default=str)
+    else:
+        manifest_text = manifest_err
+
+    return {
+        "suite": str(summary.get("suite") or run_dir.name),
+        "run_dir": str(run_dir),
+        "verdict": verdict,
+        "summary_error": summary_err,
+        "failures": [{"workload": f.get("workload", ""), "side": f.get("side", ""),
+                      "error": f.get("error", "")} for f in failures],
+        "checks": [_check_row(c) for c in checks],
+        "n_regressions": sum(1 for c in checks if c.get("verdict") == "regression"),
+        "workloads": workloads,
+        "manifest": manifest_text,
+        "manifest_error": manifest_err,
+        "missing_files": [n for n in ("requests.csv", "itl.csv", "steps.csv")
+                          if ctx[n[:-4]] is None],
+    }
+
+
+def _environment() -> Environment:
+    return Environment(loader=FileSystemLoader(str(TEMPLATE_DIR)), autoescape=True,
+                       trim_blocks=True, lstrip_blocks=True)
+
+
+def render_report(run_dir: Path, out: Path | None = None) -> Path:
+    """Write ``<run_dir>/report.html`` (or ``out``): one self-contained HTML file; returns the
+    path. Missing/empty inputs are tolerated (their plots are skipped); the write is atomic."""
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "report.html"
+    html = _environment().get_template(TEMPLATE_NAME).render(**_build_context(run_dir))
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(html)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Render report.html for a results directory.")
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("-o", "--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    print(render_report(args.run_dir, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

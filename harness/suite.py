@@ -1,0 +1,113 @@
+"""Suites: YAML files naming workloads, their parameters and the gate's thresholds.
+
+Validated on load (pydantic), so a typo in a suite is one clear error line before anything
+runs. Shipped suites live in harness/suites/; a path to any YAML file works too.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import BadInput
+
+SUITES_DIR = Path(__file__).parent / "suites"
+LATENCY_METRICS = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms")
+
+
+class Thresholds(BaseModel):
+    """Practical thresholds: a regression must be significant AND at least this large."""
+
+    model_config = ConfigDict(extra="forbid")
+    alpha: float = Field(0.05, gt=0, lt=1)                 # significance level of every test
+    latency_rel: float = Field(0.25, ge=0)                 # P99 may grow by this fraction
+    latency_metrics: list[str] = list(LATENCY_METRICS)
+    accuracy_drop: float = Field(0.02, ge=0, le=1)         # strict-match accuracy, absolute
+    agreement_min: float = Field(0.99, ge=0, le=1)         # share of requests with equal tokens
+    syncs_increase: float = Field(0.0, ge=0)               # hot-path syncs/step over baseline
+    syncs_budget: float | None = Field(0.0, ge=0)          # absolute hot-path syncs/step cap
+    audit_violations: int = Field(0, ge=0)                 # state-audit steps out of bounds
+
+    @model_validator(mode="after")
+    def _known_latency_metrics(self) -> "Thresholds":
+        bad = [m for m in self.latency_metrics if m not in LATENCY_METRICS]
+        if bad:
+            raise ValueError(f"unknown latency metric(s) {bad}; known: {LATENCY_METRICS}")
+        return self
+
+
+class WorkloadEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    workload: str
+    params: dict[str, Any] = {}
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    workloads: list[WorkloadEntry] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "Suite":
+        ids = [w.id for w in self.workloads]
+        dup = {i for i in ids if ids.count(i) > 1}
+        if dup:
+            raise ValueError(f"duplicate workload ids {sorted(dup)}")
+        return self
+
+
+def _one_line(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    return f"{loc}: {err['msg']}{more}"
+
+
+def shipped_suites() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """A shipped suite by name, or a YAML file by path; workload params are validated too."""
+    from workloads import get_workload
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SUITES_DIR / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise BadInput(f"unknown suite {name_or_path!r}; shipped: {', '.join(shipped_suites())}")
+    elif not path.is_file():
+        raise BadInput(f"suite file {name_or_path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise BadInput(f"suite {path}:{where} malformed YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"suite {path}: expected a mapping at the top level")
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as e:
+        raise BadInput(f"suite {path}: {_one_line(e)}") from None
+    for w in suite.workloads:
+        try:
+            wl = get_workload(w.workload)
+        except BadInput as e:
+            raise BadInput(f"suite {path}: workload {w.id!r}: {e}") from None
+        try:
+            wl.Params.model_validate(w.params)
+        except ValidationError as e:
+            raise BadInput(f"suite {path}: workload {w.id!r}: {_one_line(e)}") from None
+    return suite
+
+
+def single_workload_suite(workload: str) -> Suite:
+    """`mrbench run gsm8k`: one workload with its default parameters."""
+    from workloads import get_workload
+    get_workload(workload)
+    return Suite(name=workload, workloads=[WorkloadEntry(id=workload, workload=workload)])

@@ -1,0 +1,2 @@
+"""Targets register themselves on import."""
+from . import bundled  # noqa: F401

@@ -1,0 +1,131 @@
+"""Acceptance of the harness core: `mrbench run quick` on the bundled model, clean and with
+the two faults it must catch, plus `compare`, `report` and `run gsm8k --seed --limit`.
+
+Each quick run takes a few minutes on 2 CPU cores; CI runs them (marked slow)."""
+import base64
+import json
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+
+from harness.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def run(args):
+    return main(args)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quick")
+    out = {}
+    for name, extra in (("clean", []), ("stale", ["--fault", "stale-slot-state"]),
+                        ("sync", ["--fault", "seq-lens-sync"])):
+        code = run(["run", "quick", "--out", str(root / name), *extra])
+        out[name] = (code, root / name, json.loads((root / name / "summary.json").read_text()))
+    return out
+
+
+def flagged(summary):
+    return {(c["workload"], c["metric"]) for c in summary["checks"]
+            if c["verdict"] == "regression"}
+
+
+def test_quick_clean_passes(runs):
+    code, path, summary = runs["clean"]
+    assert code == 0 and summary["verdict"] == "pass", flagged(summary)
+    assert not summary["failures"]
+    manifest = json.loads((path / "manifest.json").read_text())
+    for key in ("git_sha", "versions", "device", "seeds", "resolved", "suite"):
+        assert key in manifest
+    for wl in ("gsm8k", "gsm8k-pd"):
+        assert manifest["resolved"][wl]["candidate"]["runner"] == "v2"
+        assert manifest["resolved"][wl]["baseline"]["runner"] == "v1"
+    req = pd.read_csv(path / "requests.csv")
+    assert set(req["workload"]) == {"gsm8k", "gsm8k-pd"}
+    assert req["correct_strict"].mean() >= 0.9          # the bundled model reads the problems
+    metrics = {c["metric"] for c in summary["checks"]}
+    assert {"p99_ttft_ms", "p99_itl_ms", "accuracy_strict", "token_agreement",
+            "syncs_per_step", "ops_per_step", "allocs_per_step",
+            "state_audit_violations"} <= metrics
+    prof = pd.read_csv(path / "profile.csv")
+    assert (prof[prof.side == "candidate"]["syncs_hot"] == 0).all()
+    assert (prof["ops"] > 0).all()
+
+
+def test_stale_slot_state_is_flagged_by_the_pd_checks(runs):
+    code, _, summary = runs["stale"]
+    assert code == 1 and summary["verdict"] == "regression"
+    f = flagged(summary)
+    assert ("gsm8k-pd", "token_agreement") in f
+    # Colocated runs never reuse a slot without a prefill first: no damage there.
+    assert ("gsm8k", "token_agreement") not in f
+    check = next(c for c in summary["checks"]
+                 if (c["workload"], c["metric"]) == ("gsm8k-pd", "token_agreement"))
+    assert "earliest at output token" in check["note"]
+
+
+def test_seq_lens_sync_is_flagged_by_the_sync_count(runs):
+    code, path, summary = runs["sync"]
+    assert code == 1 and summary["verdict"] == "regression"
+    f = flagged(summary)
+    assert ("gsm8k", "syncs_per_step") in f and ("gsm8k-pd", "syncs_per_step") in f
+    prof = pd.read_csv(path / "profile.csv")
+    cand = prof[prof.side == "candidate"]
+    assert (cand["syncs_prepare"] >= 1).all()          # one read of seq_lens every step
+    assert (cand["syncs_forward"] == 0).all()
+
+
+class _Imgs(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.srcs, self.external = [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.srcs.append(a.get("src", ""))
+        for k in ("src", "href"):
+            if str(a.get(k, "")).startswith(("http:", "https:", "//")):
+                self.external.append(a[k])
+
+
+def test_report_is_self_contained_with_every_image_inline(runs):
+    html = (runs["sync"][1] / "report.html").read_text()
+    p = _Imgs()
+    p.feed(html)
+    assert p.srcs and not p.external
+    for src in p.srcs:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert html.index("syncs_per_step") < html.index("<img")   # verdict table first
+
+
+def test_compare_two_runs(runs, tmp_path):
+    out = tmp_path / "cmp"
+    code = run(["compare", str(runs["clean"][1]), str(runs["stale"][1]), "--out", str(out)])
+    assert code == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert ("gsm8k-pd", "token_agreement") in flagged(summary)
+    assert (out / "report.html").is_file()
+
+
+def test_report_rerenders(runs, capsys):
+    path = runs["clean"][1]
+    (path / "report.html").unlink()
+    assert run(["report", str(path)]) == 0
+    assert (path / "report.html").is_file()
+
+
+def test_run_gsm8k_from_a_seed(tmp_path):
+    out = tmp_path / "g"
+    code = run(["run", "gsm8k", "--seed", "1000042", "--limit", "6", "--out", str(out)])
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["workloads"]["gsm8k"]["source"] == "generated:seed=1000042"
+    assert manifest["seeds"]["engine"] == {"baseline": 1000042, "candidate": 1000042}
+    req = pd.read_csv(out / "requests.csv")
+    assert len(req) == 12 and req["correct_strict"].mean() >= 0.8

@@ -1,0 +1,135 @@
+"""GSM8K accuracy workload: lm-eval's prompt and filters, greedy, colocated or PD-disagg.
+
+Default items are generated problems from a held-out seed (the bundled model reads them at
+~0.99); `dataset` takes real GSM8K as JSONL (`question`, `answer` per line) or
+`hf:openai/gsm8k` when `datasets` is installed and the hub is reachable. Concurrency below
+the number of problems forces slot reuse, which is where stale per-slot state shows.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.errors import BadInput
+from harness.execute import SideResult, drive_batch
+from harness.targets.base import EngineOptions, Session
+
+from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
+from .gsm8k_scoring import PROMPT, STOP, score
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["colocated", "pd"] = "colocated"
+    seed: int = HELD_OUT_SEEDS[0]          # problem-generator seed (never a training seed)
+    limit: int = Field(64, ge=1)
+    dataset: str | None = None             # JSONL path or hf:<repo>; None = generated
+    max_tokens: int = Field(320, ge=1)
+    max_num_seqs: int = Field(16, ge=1)
+    max_num_batched_tokens: int = Field(2048, ge=16)
+    num_speculative_tokens: int = Field(0, ge=0, le=8)
+    speculative_method: Literal["ngram", "draft"] = "ngram"
+    profile_limit: int = Field(8, ge=0)    # prompts in the profiled pass (0 = no profiling)
+    state_audit: bool = True               # bundled V2: poison freed slots, audit the mirror
+
+
+@dataclass
+class Item:
+    question: str
+    answer: str
+
+
+def _load_jsonl(path: Path, limit: int) -> list[Item]:
+    if not path.is_file():
+        raise BadInput(f"dataset {path} does not exist")
+    items = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BadInput(f"dataset {path}:{lineno}: not JSON ({e.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("question"), str) \
+                    or not isinstance(row.get("answer"), str):
+                raise BadInput(f"dataset {path}:{lineno}: needs string fields "
+                               "'question' and 'answer'")
+            items.append(Item(row["question"], row["answer"]))
+            if len(items) == limit:
+                break
+    if not items:
+        raise BadInput(f"dataset {path} has no problems")
+    return items
+
+
+def _load_hub(repo: str, limit: int) -> list[Item]:
+    try:
+        import datasets
+    except ImportError:
+        raise BadInput(f"dataset hf:{repo} needs the 'datasets' package (pip install datasets)") \
+            from None
+    try:
+        ds = datasets.load_dataset(repo, "main", split="test")
+    except Exception as e:   # offline, unknown repo: one line, not a traceback
+        raise BadInput(f"dataset hf:{repo} could not be loaded ({type(e).__name__}: "
+                       f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    return [Item(r["question"], r["answer"]) for r in ds.select(range(min(limit, len(ds))))]
+
+
+class GSM8K:
+    name = "gsm8k"
+    description = "GSM8K strict/flexible accuracy (lm-eval gsm8k prompt, 0-shot, greedy)"
+    Params = Params
+
+    def engine_options(self, p: Params) -> EngineOptions:
+        return EngineOptions(max_num_seqs=p.max_num_seqs,
+                             max_num_batched_tokens=p.max_num_batched_tokens,
+                             num_speculative_tokens=p.num_speculative_tokens,
+                             speculative_method=p.speculative_method,
+                             pd_disagg=p.mode == "pd", state_audit=p.state_audit)
+
+    def prepare(self, p: Params) -> list[Item]:
+        if p.dataset is None:
+            try:
+                check_split(p.seed)
+            except ValueError as e:
+                raise BadInput(f"gsm8k --seed: {e}") from None
+            return [Item(q.question, q.answer) for q in generate(p.seed, p.limit)]
+        if p.dataset.startswith("hf:"):
+            return _load_hub(p.dataset[3:], p.limit)
+        return _load_jsonl(Path(p.dataset), p.limit)
+
+    def source(self, p: Params) -> str:
+        return p.dataset or f"generated:seed={p.seed}"
+
+    def run(self, session: Session, items: list[Item], p: Params, device: str) -> SideResult:
+        prompts = [PROMPT.format(question=it.question) for it in items]
+        # Prompts the model's context cannot hold are scored wrong, on both sides alike.
+        fits = [session.fits(pr, p.max_tokens) for pr in prompts]
+        run_idx = [i for i, ok in enumerate(fits) if ok]
+        res, comps = drive_batch(session, [prompts[i] for i in run_idx], p.max_tokens,
+                                 list(STOP), p.profile_limit, device)
+        by_item = dict(zip(run_idx, comps))
+        rows = {r["req_index"]: r for r in res.requests}
+        requests, tokens = [], []
+        for i, it in enumerate(items):
+            c = by_item.get(i)
+            text = c.text if c else ""
+            s = score(text, it.answer)
+            base = rows[run_idx.index(i)] if c else dict(prompt_tokens=None, output_tokens=0)
+            requests.append({**base, "req_index": i, "fits_context": c is not None,
+                             "correct_strict": s.strict, "correct_flexible": s.flexible,
+                             "answer_strict": s.strict_answer})
+            tokens.append(c.token_ids if c else [])
+        for r in res.itl:                    # ITL rows follow the item index too
+            r["req_index"] = run_idx[r["req_index"]]
+        res.requests, res.tokens = requests, tokens
+        return res
+
+
+WORKLOAD = GSM8K()
