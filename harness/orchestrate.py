@@ -49,7 +49,7 @@ def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]
 
 
 def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
-              overrides: Overrides, out: Path, log=sys.stderr) -> tuple[dict, int, Path]:
+              overrides: Overrides, out: Path, log=None) -> tuple[dict, int, Path]:
     target = get_target(target_name)
     target.validate(base)
     target.validate(cand)
@@ -69,7 +69,8 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
 
     writer = RunWriter(out)
     checks, failures, resolved, metrics = [], [], {}, {}
-    bar = tqdm(total=2 * len(plan), desc=f"mrbench {suite.name}", unit="side", file=log,
+    bar = tqdm(total=2 * len(plan), desc=f"mrbench {suite.name}", unit="side",
+               file=log or sys.stderr,      # looked up now: the stream may have been replaced
                disable=None)
     t_start = time.time()
     for entry, wl, params, items in plan:
