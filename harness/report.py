@@ -29,7 +29,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from jinja2 import Environment, FileSystemLoader  # noqa: E402
 
-__all__ = ["render_report", "wilson_ci", "fmt_num"]
+from .stats import proportion_ci_wilson  # noqa: E402
+
+__all__ = ["render_report", "fmt_num"]
 
 log = logging.getLogger(__name__)
 
@@ -111,19 +113,6 @@ def _fmt_ci(ci: Any) -> str:
     if lo is None and hi is None:
         return "—"
     return f"[{fmt_num(lo, signed=True)}, {fmt_num(hi, signed=True)}]"
-
-
-def wilson_ci(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score interval for k successes out of n (95 % by default); (nan, nan) if n=0."""
-    if n <= 0:
-        return (float("nan"), float("nan"))
-    p = k / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    lo = 0.0 if k <= 0 else max(0.0, centre - half)
-    hi = 1.0 if k >= n else min(1.0, centre + half)
-    return (lo, hi)
 
 
 def _to_bool(s: pd.Series) -> pd.Series:
@@ -438,7 +427,8 @@ def _plot_accuracy(workload: str, requests: pd.DataFrame | None):
     for ax, (title, bars) in zip(axes[0], panels):
         for i, (side, k, n) in enumerate(bars):
             p = k / n
-            lo, hi = wilson_ci(k, n)
+            ci = proportion_ci_wilson(k, n)   # the one Wilson interval (harness/stats.py)
+            lo, hi = ci.lo, ci.hi
             ax.bar(i, p, color=SIDE_COLORS[side], width=0.6)
             ax.plot([i, i], [lo, hi], color="black", lw=1.5)
             ax.plot([i, i], [lo, hi], color="black", marker="_", ms=14, lw=0)
@@ -608,18 +598,3 @@ def render_report(run_dir: Path, out: Path | None = None) -> Path:
             pass
         raise
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Render report.html for a results directory.")
-    ap.add_argument("run_dir", type=Path)
-    ap.add_argument("-o", "--out", type=Path, default=None)
-    args = ap.parse_args(argv)
-    print(render_report(args.run_dir, args.out))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,7 +26,6 @@ from .execute import SideResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("requests", "itl", "steps", "profile", "audits")
-SIDES = ("baseline", "candidate")
 
 
 def default_out(suite: str) -> Path:

@@ -260,19 +260,8 @@ def diff_percentile_ci_bootstrap(
     Groups are resampled independently (unpaired): latencies of two runs are not matched
     request-by-request. An interval excluding 0 is the harness's "it moved" signal.
     """
-    qf = _check_q(q)
-    lf = _check_level(level)
-    nb = _check_n_boot(n_boot)
-    xb = _as_1d_float(base, "base")
-    xc = _as_1d_float(cand, "cand")
-    method = "percentile-bootstrap (unpaired difference)"
-    if xb.size == 0 or xc.size == 0:
-        return Interval(_NAN, _NAN, _NAN, lf, method)
-    rng = np.random.default_rng(seed)
-    reps = _bootstrap_percentiles(xc, qf, nb, rng) - _bootstrap_percentiles(xb, qf, nb, rng)
-    lo, hi = _percentile_interval(reps, lf)
-    est = float(np.percentile(xc, qf) - np.percentile(xb, qf))
-    return Interval(est, lo, hi, lf, method)
+    return _two_group_bootstrap(base, cand, q, level, n_boot, seed, np.subtract,
+                                "percentile-bootstrap (unpaired difference)")
 
 
 def _relative_change(cand_p: np.ndarray | float, base_p: np.ndarray | float) -> np.ndarray:
@@ -303,19 +292,23 @@ def ratio_percentile_ci_bootstrap(
     +-inf when the candidate's is non-zero, NaN when both are zero; NaN replicates are
     dropped and infinite ones widen the interval to inf.
     """
-    qf = _check_q(q)
-    lf = _check_level(level)
-    nb = _check_n_boot(n_boot)
+    return _two_group_bootstrap(base, cand, q, level, n_boot, seed, _relative_change,
+                                "percentile-bootstrap (unpaired relative change)")
+
+
+def _two_group_bootstrap(base: ArrayLike, cand: ArrayLike, q: float, level: float, n_boot: int,
+                         seed: int, contrast, method: str) -> Interval:
+    """Resample each group independently; CI of contrast(cand percentile, base percentile)."""
+    qf, lf, nb = _check_q(q), _check_level(level), _check_n_boot(n_boot)
     xb = _as_1d_float(base, "base")
     xc = _as_1d_float(cand, "cand")
-    method = "percentile-bootstrap (unpaired relative change)"
     if xb.size == 0 or xc.size == 0:
         return Interval(_NAN, _NAN, _NAN, lf, method)
     rng = np.random.default_rng(seed)
-    cand_reps = _bootstrap_percentiles(xc, qf, nb, rng)
+    cand_reps = _bootstrap_percentiles(xc, qf, nb, rng)   # cand first: same draws as before
     base_reps = _bootstrap_percentiles(xb, qf, nb, rng)
-    lo, hi = _percentile_interval(_relative_change(cand_reps, base_reps), lf)
-    est = float(_relative_change(np.percentile(xc, qf), np.percentile(xb, qf)))
+    lo, hi = _percentile_interval(contrast(cand_reps, base_reps), lf)
+    est = float(contrast(np.percentile(xc, qf), np.percentile(xb, qf)))
     return Interval(est, lo, hi, lf, method)
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
-from harness.report import fmt_num, render_report, wilson_ci
+from harness.report import fmt_num, render_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 XSS = "<script>alert('x')</script> & boom"
@@ -254,10 +253,6 @@ def test_helpers():
     assert fmt_num(12.3456) == "12.35" and fmt_num(0.0012345) == "0.001234"
     assert fmt_num(0.05, signed=True) == "+0.05" and fmt_num(-3.0, signed=True) == "-3"
     assert fmt_num(1234567.8) == "1,234,568" and fmt_num(0) == "0"
-    lo, hi = wilson_ci(9, 10)
-    assert lo == pytest.approx(0.5958, abs=1e-3) and hi == pytest.approx(0.9821, abs=1e-3)
-    assert wilson_ci(0, 10)[0] == 0.0 and wilson_ci(10, 10)[1] == 1.0
-    assert all(np.isnan(wilson_ci(0, 0)))
 
 
 def test_long_step_series_is_binned(tmp_path):
