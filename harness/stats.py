@@ -186,13 +186,15 @@ def percentile_ci_order_statistic(samples: ArrayLike, q: float, level: float = 0
     # The 'linear' estimate sits between x[floor(pos)] and x[ceil(pos)]; in tiny samples or at
     # low levels the exact bound can fall strictly inside that gap. Widen to the bracketing
     # order statistic so the interval always contains its estimate (only adds coverage).
-    pos = (n - 1) * p
-    if abs(pos - round(pos)) < 1e-9:  # (n-1)*p in floating point: 29.000000000000004 is 29
-        pos = float(round(pos))
-    l_idx = min(l_idx, math.floor(pos))
-    u_idx = max(u_idx, math.ceil(pos))
+    # Compare against the estimate itself, not its index: (n-1)*p in floating point can sit
+    # a hair off an integer while np.percentile still interpolates past the order statistic.
+    est = float(np.percentile(x, qf))
+    if est < x[l_idx]:
+        l_idx = int(np.searchsorted(x, est, side="right")) - 1
+    if est > x[u_idx]:
+        u_idx = int(np.searchsorted(x, est, side="left"))
     method = "order-statistic (clipped)" if clipped else "order-statistic"
-    return Interval(float(np.percentile(x, qf)), float(x[l_idx]), float(x[u_idx]), lf, method)
+    return Interval(est, float(x[l_idx]), float(x[u_idx]), lf, method)
 
 
 def _bootstrap_percentiles(

@@ -458,3 +458,10 @@ def test_summarize_latency_is_ordered(xs):
     s = st.summarize_latency(xs)
     assert s["p50"] <= s["p90"] + 1e-9 <= s["p99"] + 2e-9 <= s["max"] + 3e-9
     assert s["n"] == len(xs)
+
+
+def test_order_statistic_ci_contains_estimate_at_a_tiny_quantile():
+    """Regression (hypothesis found it): (n-1)*q/100 ~ 6e-10 rounded to 0, but the
+    interpolated estimate is above x_(1); the interval must still contain it."""
+    iv = st.percentile_ci_order_statistic([0.0, 2.0], 5.960464477539063e-08, 0.5)
+    assert iv.lo <= iv.estimate <= iv.hi
