@@ -27,18 +27,41 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run suites or workloads on baseline and candidate")
     r.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD",
                    help="shipped suite name, suite YAML path, or workload name (default quick)")
-    r.add_argument("--target", default="bundled")
-    r.add_argument("--candidate", default="v2", help="candidate runner (default v2)")
-    r.add_argument("--baseline", default="v1", help="baseline runner (default v1)")
-    r.add_argument("--device", default="cpu")
-    r.add_argument("--model", help="model directory (default: the target's bundled model)")
-    r.add_argument("--dataset", help="GSM8K JSONL path (or hf:openai/gsm8k when online)")
+    _run_options(r)
     r.add_argument("--fault", action="append", default=[], metavar="NAME",
                    help="fault switch for the candidate (repeatable)")
-    r.add_argument("--out", type=Path, help="results directory (default results/<time>-<suite>)")
-    r.add_argument("--seed", type=int, help="engine seed and problem-generator seed")
-    r.add_argument("--limit", type=int, help="problems / requests per workload")
-    r.add_argument("--json", action="store_true", help="print summary.json instead of a table")
+    r.add_argument("--save-reference", action="store_true",
+                   help="store both sides' op/alloc counts as the reference for this build")
+
+    f = sub.add_parser("faults", help="the catch matrix: the suite clean, then once per fault")
+    f.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
+    _run_options(f)
+    f.add_argument("--fault", action="append", default=[], metavar="NAME",
+                   help="only these faults (repeatable; default: every fault of the target)")
+
+    k = sub.add_parser("calibrate", help="A/A: the suite N times with no change; false alarms")
+    k.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
+    _run_options(k, candidate_default=None)
+    k.add_argument("-n", type=int, default=10, help="number of runs (default 10)")
+    k.add_argument("--max-rate", type=float, default=0.10,
+                   help="exit 1 if any check's false-alarm rate is above this (default 0.10)")
+
+    st = sub.add_parser("steps", help="record a scheduler-step trace, or replay one on a runner")
+    ssub = st.add_subparsers(dest="steps_cmd", required=True, parser_class=_Parser)
+    rec = ssub.add_parser("record", help="run GSM8K prompts on one runner, write the step trace")
+    rec.add_argument("--out", type=Path, required=True, help="trace file (JSONL)")
+    rec.add_argument("--runner", default="v1")
+    rec.add_argument("--mode", choices=["pd", "colocated"], default="pd")
+    rec.add_argument("--limit", type=int, default=16)
+    rec.add_argument("--seed", type=int, default=None, help="problem-generator seed")
+    rec.add_argument("--max-num-seqs", type=int, default=4)
+    rec.add_argument("--model")
+    rep_ = ssub.add_parser("replay", help="feed a step trace to a runner; first divergent step")
+    rep_.add_argument("trace", type=Path)
+    rep_.add_argument("--runner", default="v2")
+    rep_.add_argument("--fault", action="append", default=[], metavar="NAME")
+    rep_.add_argument("--model")
+    rep_.add_argument("--json", action="store_true")
 
     c = sub.add_parser("compare", help="gate the candidate side of one run against another's")
     c.add_argument("base", type=Path)
@@ -54,6 +77,20 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="workloads, suites, targets and faults")
     ls.add_argument("--json", action="store_true")
     return p
+
+
+def _run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2") -> None:
+    p.add_argument("--target", default="bundled")
+    p.add_argument("--candidate", default=candidate_default,
+                   help=f"candidate runner (default {candidate_default or 'the baseline'})")
+    p.add_argument("--baseline", default="v1", help="baseline runner (default v1)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--model", help="model directory (default: the target's bundled model)")
+    p.add_argument("--dataset", help="GSM8K JSONL path (or hf:openai/gsm8k when online)")
+    p.add_argument("--out", type=Path, help="results directory (default results/<time>-<name>)")
+    p.add_argument("--seed", type=int, help="engine seed and problem-generator seed")
+    p.add_argument("--limit", type=int, help="problems / requests per workload")
+    p.add_argument("--json", action="store_true", help="print the JSON result instead of a table")
 
 
 def _side(value: str, target: str, device: str, model: str | None, faults: tuple[str, ...],
@@ -92,11 +129,10 @@ def print_summary(summary: dict, path: Path, as_json: bool) -> None:
     print(f"report: {path / 'report.html'}")
 
 
-def cmd_run(a: argparse.Namespace) -> int:
+def _suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()):
     from workloads import workloads as known_workloads
 
-    from .orchestrate import Overrides, run_suite
-    from .results import default_out
+    from .orchestrate import Overrides
     from .suite import Suite, load_suite, shipped_suites, single_workload_suite
     suites = []
     for w in a.what:
@@ -117,12 +153,120 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise BadInput(f"--limit must be >= 1, got {a.limit}")
     seed = 0 if a.seed is None else a.seed
     base = _side(a.baseline, a.target, a.device, a.model, (), seed)
-    cand = _side(a.candidate, a.target, a.device, a.model, tuple(a.fault), seed)
+    cand = _side(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
+    return suite, base, cand, Overrides(a.seed, a.limit, a.dataset)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from .orchestrate import run_suite
+    from .results import default_out
+    suite, base, cand, overrides = _suite_and_sides(a, tuple(a.fault))
     out = a.out or default_out(suite.name)
-    summary, code, path = run_suite(suite, a.target, base, cand,
-                                    Overrides(a.seed, a.limit, a.dataset), out)
+    summary, code, path = run_suite(suite, a.target, base, cand, overrides, out,
+                                    save_reference=a.save_reference)
     print_summary(summary, path, a.json)
+    if a.save_reference and not a.json:
+        print("references: " + ("not saved (a side failed)" if summary["failures"] else
+                                "saved under results/baselines/op-counts/"))
     return code
+
+
+def cmd_faults(a: argparse.Namespace) -> int:
+    from .campaign import fault_matrix
+    from .errors import EXIT_REGRESSION, EXIT_RUN_FAILED
+    from .results import default_out
+    from .targets.base import get_target
+    suite, base, cand, overrides = _suite_and_sides(a)
+    known = get_target(a.target).info().get("faults", [])
+    faults = a.fault or list(known)
+    bad = [f for f in faults if f not in known]
+    if bad:
+        raise BadInput(f"unknown fault {bad[0]!r}; known: {', '.join(known)}")
+    out = a.out or default_out(f"faults-{suite.name}")
+    res, path = fault_matrix(suite, a.target, base, cand, faults, overrides, out)
+    if a.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=2))
+    else:
+        c = res["clean"]
+        print(f"clean: {c['verdict']} ({c['false_alarms']} false alarms"
+              f"{': ' + ', '.join(c['flagged']) if c['flagged'] else ''})")
+        for name, r in res["faults"].items():
+            by = ", ".join(r["by"]) if r["by"] else "-"
+            print(f"{name:<26} {'CAUGHT' if r['caught'] else 'missed'}  by {by}")
+        print(f"results: {path}")
+    runs = [res["clean"], *res["faults"].values()]
+    if any(r["failures"] for r in runs):
+        return EXIT_RUN_FAILED
+    ok = res["clean"]["false_alarms"] == 0 and all(r["caught"] for r in res["faults"].values())
+    return EXIT_PASS if ok else EXIT_REGRESSION
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from .campaign import calibrate, fmt_rate
+    from .errors import EXIT_REGRESSION, EXIT_RUN_FAILED
+    from .results import default_out
+    if a.n < 1:
+        raise BadInput(f"-n must be >= 1, got {a.n}")
+    if not 0 <= a.max_rate <= 1:
+        raise BadInput(f"--max-rate must be in [0, 1], got {a.max_rate}")
+    suite, base, cand, overrides = _suite_and_sides(a)
+    out = a.out or default_out(f"calibrate-{suite.name}")
+    res, path = calibrate(suite, a.target, base, cand, a.n, overrides, out)
+    if a.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=2))
+    else:
+        print(f"{res['baseline']} vs {res['candidate']}, {res['n']} runs of {res['suite']}")
+        w = max(len(k) for k in res["checks"])
+        for name, c in res["checks"].items():
+            spread = "" if c["delta_max"] is None else \
+                f"  delta {c['delta_min']:+.3g}..{c['delta_max']:+.3g}"
+            print(f"{name:<{w}}  false alarms {fmt_rate(c)}{spread}")
+        print(f"results: {path}")
+    if res["errors"]:
+        return EXIT_RUN_FAILED
+    return EXIT_PASS if res["max_rate"] <= a.max_rate else EXIT_REGRESSION
+
+
+def cmd_steps(a: argparse.Namespace) -> int:
+    from runner_impl import FAULTS, RunnerError
+
+    from . import steptrace
+    from .errors import EXIT_REGRESSION
+    if a.steps_cmd == "record":
+        from workloads.gsm8k_problems import HELD_OUT_SEEDS
+        from workloads.prompts import STOP, gsm8k_prompts
+        if a.limit < 1 or a.max_num_seqs < 1:
+            raise BadInput("--limit and --max-num-seqs must be >= 1")
+        if a.runner not in ("v1", "v2"):
+            raise BadInput(f"--runner must be v1 or v2, got {a.runner!r}")
+        prompts = gsm8k_prompts(HELD_OUT_SEEDS[3] if a.seed is None else a.seed, a.limit)
+        try:
+            h = steptrace.record(prompts, 320, list(STOP), a.out, runner=a.runner,
+                                 model=a.model, pd_disagg=a.mode == "pd",
+                                 max_num_seqs=a.max_num_seqs)
+        except RunnerError as e:
+            raise BadInput(str(e)) from None
+        print(f"recorded {h['steps']} steps of {a.runner} ({a.mode}) to {a.out}")
+        return EXIT_PASS
+    bad = [f for f in a.fault if f not in FAULTS]
+    if bad:
+        raise BadInput(f"unknown fault {bad[0]!r}; known: {', '.join(sorted(FAULTS))}")
+    if a.runner not in ("v1", "v2"):
+        raise BadInput(f"--runner must be v1 or v2, got {a.runner!r}")
+    try:
+        res = steptrace.replay(a.trace, a.runner, tuple(a.fault), a.model)
+    except RunnerError as e:
+        raise BadInput(f"step trace {a.trace}: {e}") from None
+    if a.json:
+        print(json.dumps(res.to_dict(), indent=2))
+    elif res.first is None:
+        print(f"{a.runner}: agrees with the recording on all {res.steps} steps")
+    else:
+        f = res.first
+        print(f"{a.runner}: first divergent step: {f.instance} step {f.step} (trace line "
+              f"{f.event_index}), request {f.req_id}: recorded {f.recorded}, replayed "
+              f"{f.replayed}; {res.diverged_steps} of {res.steps} steps differ")
+    return EXIT_PASS if res.first is None else EXIT_REGRESSION
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
@@ -132,7 +276,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
     from .suite import Thresholds
     bm, bs = read_run(a.base)
     cm, cs = read_run(a.cand)
-    th = Thresholds.model_validate(bm.get("suite", {}).get("thresholds", {}))
+    suite = bm.get("suite", {})
+    overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
     common = [w for w in bm.get("workloads", {}) if w in cm.get("workloads", {})]
     if not common:
         raise BadInput(f"{a.base} and {a.cand} share no workload")
@@ -147,6 +292,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
         writer.add_side(w, "baseline", b)
         writer.add_side(w, "candidate", c)
         metrics[w] = dict(baseline=latency_summary(b), candidate=latency_summary(c))
+        th = Thresholds.model_validate({**suite.get("thresholds", {}), **overrides.get(w, {})})
         checks += [x.to_dict() for x in compare(w, b, c, th)]
     verdict, code = overall_verdict(checks, [])
     summary = dict(verdict=verdict, suite=f"compare {a.base.name} -> {a.cand.name}",
@@ -199,8 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import targets  # noqa: F401  (registers the targets)
     try:
         a = _parser().parse_args(argv)
-        return {"run": cmd_run, "compare": cmd_compare, "report": cmd_report,
-                "list": cmd_list}[a.cmd](a)
+        return {"run": cmd_run, "faults": cmd_faults, "calibrate": cmd_calibrate,
+                "steps": cmd_steps,
+                "compare": cmd_compare, "report": cmd_report, "list": cmd_list}[a.cmd](a)
     except BadInput as e:
         print(f"mrbench: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,35 +57,103 @@ def _samples(side: SideResult, table: str, column: str) -> np.ndarray:
     return x[~np.isnan(x)]
 
 
-def latency_summary(side: SideResult) -> dict[str, float]:
+def _effective_n(side: SideResult, table: str, samples: np.ndarray) -> int:
+    """Independent samples behind a latency column. The requests of one batch step all get
+    their token at the same moment, so their ITLs are one sample, not batch-size many: ITL
+    counts at most one sample per timed step."""
+    return min(len(samples), len(side.steps)) if table == "itl" else len(samples)
+
+
+def latency_summary(side: SideResult) -> dict[str, Any]:
     """vLLM's field names: mean_ttft_ms, median_ttft_ms, p90_ttft_ms, p99_ttft_ms, ..."""
     out: dict[str, float] = {}
     for name, (table, col) in SUMMARY_FIELDS.items():
         s = stats.summarize_latency(_samples(side, table, col))
         for stat in ("mean", "median", "p90", "p99"):
             out[f"{stat}_{name}_ms"] = s[stat]
+    steps = _samples(side, "steps", "duration_ms")
+    for q in (50, 90, 99):                      # distribution-free CIs of the step percentiles
+        ci = stats.percentile_ci_order_statistic(steps, q, level=0.95)
+        out[f"p{q}_step_ms_ci95"] = [ci.lo, ci.hi]
+    for name in ("queue", "kv_handoff"):
+        s = stats.summarize_latency(_samples(side, "requests", f"{name}_ms"))
+        if s["n"]:
+            out[f"mean_{name}_ms"], out[f"p99_{name}_ms"] = s["mean"], s["p99"]
     out["output_tokens"] = float(sum(r.get("output_tokens") or 0 for r in side.requests))
     out["output_throughput"] = out["output_tokens"] / side.wall_s if side.wall_s else math.nan
+    out.update(side.counters)
+    out.update(spec_summary(side))
     return out
+
+
+MIN_WAVES = 6          # a one-sided signed-rank test at alpha 0.05 needs >= 5 blocks; 6 has room
+MIN_PER_WAVE = 50      # independent samples behind each wave's P99
+
+
+def _per_wave(side: SideResult, table: str, column: str) -> dict[int, np.ndarray]:
+    rows = getattr(side, table)
+    out: dict[int, list[float]] = {}
+    for r in rows:
+        v, w = r.get(column), r.get("wave")
+        if v is not None and w is not None and not (isinstance(v, float) and math.isnan(v)):
+            out.setdefault(int(w), []).append(float(v))
+    return {w: np.array(v) for w, v in out.items()}
+
+
+def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int:
+    if table != "itl":
+        return len(samples)
+    return min(len(samples), sum(1 for s in side.steps if s.get("wave") == wave))
 
 
 def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
                   th: Thresholds) -> Check:
+    """P99 regression, judged per interleaved wave when there are enough waves.
+
+    Blocked design: both sides ran each wave back to back (ABBA), so a wave's P99 ratio is
+    free of the machine's drift; the decision is a one-sided Wilcoxon signed-rank test over
+    the waves' log ratios, the effect their Hodges-Lehmann estimate. A burst that hits one
+    side of one wave moves one rank. Without enough waves (or samples per wave), the pooled
+    P99s are compared by bootstrap, and a P99 of too few samples is reported, not judged."""
     table, col = LATENCY_SOURCES[metric]
     b, c = _samples(base, table, col), _samples(cand, table, col)
-    thr = f"+{th.latency_rel:.0%} and CI > 0"
+    thr = f"+{th.latency_rel:.0%} and significant"
     if len(b) < 2 or len(c) < 2:
         return Check(wl, metric, "ms", None, None, None, None, None, thr, "-", "info",
                      "fewer than 2 samples on a side")
     level = 1 - 2 * th.alpha                      # two-sided interval, one-sided decision
+    bp, cp = stats.percentile(b, 99), stats.percentile(c, 99)
+    bw, cw = _per_wave(base, table, col), _per_wave(cand, table, col)
+    waves = sorted(w for w in set(bw) & set(cw)
+                   if min(_wave_n(base, table, w, bw[w]), _wave_n(cand, table, w, cw[w]))
+                   >= MIN_PER_WAVE)
+    if len(waves) >= MIN_WAVES:
+        logr = np.log([stats.percentile(cw[w], 99) / stats.percentile(bw[w], 99)
+                       for w in waves])
+        hl = stats.hodges_lehmann_ci_signed_rank(logr, level=level)
+        wx = stats.wilcoxon_signed_rank(logr, alternative="greater")
+        rel, lo, hi = (math.expm1(x) for x in (hl.estimate, hl.lo, hl.hi))
+        regressed = wx.p_value < th.alpha and rel > th.latency_rel
+        return Check(wl, metric, "ms", bp, cp, rel, [lo, hi], wx.p_value, thr,
+                     f"per-wave P99 ratio over {len(waves)} ABBA waves: {hl.method} "
+                     f"({level:.0%}); p: {wx.method}",
+                     "regression" if regressed else "pass",
+                     f"pooled P99 {bp:.3g} -> {cp:.3g} ms; waves with a higher candidate P99: "
+                     f"{int((logr > 0).sum())}/{len(waves)}")
+    n_min = stats.min_samples_percentile_ci(99, level)
+    n_eff = min(_effective_n(base, table, b), _effective_n(cand, table, c))
+    if n_eff < n_min:
+        return Check(wl, metric, "ms", bp, cp, None, None, None, thr, "-", "info",
+                     f"n = {len(b)} / {len(c)} ({n_eff} independent), {len(waves)} usable "
+                     f"waves: a P99 needs >= {n_min} per side for a bounded {level:.0%} CI "
+                     f"(order statistics) or >= {MIN_WAVES} waves; reported, not judged")
     rel = stats.ratio_percentile_ci_bootstrap(b, c, 99, level=level)
     mw = stats.mann_whitney_u(b, c, alternative="greater")
-    bp, cp = stats.percentile(b, 99), stats.percentile(c, 99)
     regressed = rel.lo > 0 and rel.estimate > th.latency_rel
     return Check(wl, metric, "ms", bp, cp, rel.estimate, [rel.lo, rel.hi], mw.p_value, thr,
-                 f"relative P99 change, {rel.method} ({level:.0%}); p: {mw.method}",
+                 f"pooled relative P99 change, {rel.method} ({level:.0%}); p: {mw.method}",
                  "regression" if regressed else "pass",
-                 f"n = {len(b)} / {len(c)}")
+                 f"n = {len(b)} / {len(c)}; fewer than {MIN_WAVES} waves, so not blocked")
 
 
 def accuracy_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -> Check | None:
@@ -132,7 +201,10 @@ def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -> C
     if c is None:
         return None
     over_base = b is not None and c > b + th.syncs_increase
-    over_budget = th.syncs_budget is not None and c > th.syncs_budget
+    # the absolute budget binds runners that promise a sync-free hot path (MRv2); a V1
+    # candidate (an A/A calibration) is held to its baseline only
+    over_budget = th.syncs_budget is not None and c > th.syncs_budget \
+        and cand.resolved.get("sync_free", True)
     phases = ", ".join(f"{p} {np.mean([r[f'syncs_{p}'] for r in cand.profile]):.2f}"
                        for p in ("prepare", "forward", "sample", "postprocess", "output")
                        if cand.profile and f"syncs_{p}" in cand.profile[0])
@@ -170,11 +242,85 @@ def audit_check(wl: str, cand: SideResult, th: Thresholds) -> Check | None:
                  "regression" if len(bad) > th.audit_violations else "pass", note)
 
 
-def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -> list[Check]:
+def reference_check(wl: str, cand: SideResult, reference: dict | None,
+                    th: Thresholds) -> Check | None:
+    """Candidate ops (per phase) and allocations per step vs its own stored reference."""
+    from .references import count_means
+    now = count_means(cand.profile)
+    if not now:
+        return None
+    if reference is None:
+        return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None, None,
+                     f"<= reference + {th.ops_increase}", "deterministic count (torch.profiler)",
+                     "info", "no stored reference for this build and workload "
+                     "(mrbench run ... --save-reference)")
+    ref = reference["counts"]
+    over = {c: now[c] - ref[c] for c in now if c in ref and c != "ops"
+            and now[c] - ref[c] > (th.allocs_increase if c == "allocs" else th.ops_increase)}
+    diffs = ", ".join(f"{c} {ref[c]:.1f} -> {now[c]:.1f}" for c in now
+                      if c in ref and abs(now[c] - ref[c]) > 1e-9) or "identical counts"
+    return Check(wl, "ops_vs_reference", "per step", ref.get("ops"), now.get("ops"),
+                 None if "ops" not in ref else now["ops"] - ref["ops"], None, None,
+                 f"per phase <= reference + {th.ops_increase} (allocs + {th.allocs_increase})",
+                 f"deterministic count vs the stored reference of {reference.get('git_sha') or '?'}"
+                 f" ({reference.get('steps')} steps)",
+                 "regression" if over else "pass", diffs)
+
+
+def dispatch_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
+    """Serving dispatch classes the warmup never ran (their first use pays compile/capture)."""
+    def unwarmed(side: SideResult) -> list[str]:
+        warm = {r["kind"] for r in side.dispatch if r["phase"] == "warmup"}
+        return sorted({r["kind"] for r in side.dispatch if r["phase"] == "serve"} - warm)
+    if not cand.dispatch:
+        return None
+    b, c = unwarmed(base) if base.dispatch else None, unwarmed(cand)
+    seen = sorted({r["kind"] for r in cand.dispatch if r["phase"] == "serve"})
+    note = (f"never warmed: {', '.join(c)}" if c else "every serving class was warmed") + \
+        f"; serving classes: {', '.join(seen)}"
+    return Check(wl, "unwarmed_dispatch", "classes", None if b is None else float(len(b)),
+                 float(len(c)), None, None, None, "0", "serving dispatch classes minus warmup's",
+                 "regression" if c else "pass", note)
+
+
+def spec_summary(side: SideResult) -> dict[str, float]:
+    """vLLM's spec-decode figures: acceptance rate, mean acceptance length, per position."""
+    rows = [r for r in side.requests if r.get("num_drafts") is not None]
+    drafts = sum(r["num_drafts"] or 0 for r in rows)
+    if not drafts:
+        return {}
+    dt = sum(r["num_draft_tokens"] or 0 for r in rows)
+    acc = sum(r["num_accepted_tokens"] or 0 for r in rows)
+    out = dict(num_drafts=float(drafts), num_draft_tokens=float(dt),
+               num_accepted_tokens=float(acc), acceptance_rate=acc / dt if dt else math.nan,
+               mean_acceptance_length=1 + acc / drafts)
+    j = 0
+    while any(f"accepted_pos_{j}" in r for r in rows):
+        out[f"acceptance_rate_pos_{j}"] = sum(r.get(f"accepted_pos_{j}") or 0
+                                              for r in rows) / drafts
+        j += 1
+    return out
+
+
+def spec_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
+    b, c = spec_summary(base), spec_summary(cand)
+    if not c:
+        return None
+    bal, cal = b.get("mean_acceptance_length"), c["mean_acceptance_length"]
+    pos = ", ".join(f"{c[k]:.2f}" for k in sorted(c) if k.startswith("acceptance_rate_pos_"))
+    return Check(wl, "mean_acceptance_length", "tokens/step", bal, cal,
+                 None if bal is None else cal - bal, None, None, "-",
+                 "AL = 1 + accepted / drafts (vLLM)", "info",
+                 f"acceptance rate {c['acceptance_rate']:.3f}; per position {pos}")
+
+
+def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
+            reference: dict | None = None) -> list[Check]:
     checks = [latency_check(wl, m, base, cand, th) for m in th.latency_metrics]
     checks += [accuracy_check(wl, base, cand, th), agreement_check(wl, base, cand, th),
                sync_check(wl, base, cand, th),
                count_info(wl, "ops_per_step", "ops", base, cand),
                count_info(wl, "allocs_per_step", "allocs", base, cand),
-               audit_check(wl, cand, th)]
+               audit_check(wl, cand, th), reference_check(wl, cand, reference, th),
+               dispatch_check(wl, base, cand), spec_check(wl, base, cand)]
     return [c for c in checks if c is not None]

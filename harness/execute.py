@@ -1,18 +1,25 @@
-"""Drive one workload on one side: a timed pass, then a short profiled pass.
+"""Drive one batch workload on both sides at once: interleaved timed waves, then a short
+profiled pass per side.
 
-The timed pass runs unprofiled so latency is not distorted; the profiled pass repeats the
-first `profile_limit` prompts under torch.profiler (counts are per step and deterministic,
-so a short pass is enough). Warmup ran when the session opened, before either pass.
+Why interleave: on a shared 2-core machine the speed drifts by tens of percent over minutes,
+so a baseline timed first and a candidate timed minutes later differ by the machine, not the
+code. The prompts are cut into waves (each wave arrives at once, like `vllm bench throughput`
+on a slice); the sides alternate per wave in ABBA order, so both see the same machine and
+neither is always second. The timed waves run unprofiled; the profiled pass then repeats the
+first `profile_limit` prompts under torch.profiler (counts are per step and deterministic, so
+a short pass is enough). Warmup ran when each session opened, before any of it.
 """
 from __future__ import annotations
 
+import gc
 import time
-from dataclasses import asdict, dataclass, field
+import traceback
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .collectors.latency import inter_token_latencies, request_latency, step_rows
 from .collectors.profiler import count_per_step, profiled
-from .targets.base import Completion, Session
+from .targets.base import Completion, Session, TimedPrompt
 
 
 @dataclass
@@ -24,37 +31,140 @@ class SideResult:
     steps: list[dict] = field(default_factory=list)
     profile: list[dict] = field(default_factory=list)     # per profiled step
     audits: list[dict] = field(default_factory=list)
+    dispatch: list[dict] = field(default_factory=list)    # (phase, kind, steps) incl. warmup
     tokens: list[list[int]] = field(default_factory=list)
+    counters: dict[str, float] = field(default_factory=dict)
     resolved: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
 
 
-def drive_batch(session: Session, prompts: list[str], max_tokens: int, stop: list[str],
-                profile_limit: int, device: str) -> tuple[SideResult, list[Completion]]:
-    """All prompts arrive at once (offline batch, like `vllm bench throughput`)."""
-    res = SideResult(resolved=session.resolved())
+@dataclass
+class SideFailure:
+    """A side that raised: the harness records it and carries on with the other side."""
+
+    error: str
+    traceback: str
+
+
+@dataclass
+class Batch:
+    """What a workload asks the driver to run, identically on every side: text prompts that
+    arrive together per wave (offline batch), or timed token prompts replayed open loop
+    (each wave's arrivals rebased to the wave's start)."""
+
+    prompts: list[str] | list[TimedPrompt]
+    max_tokens: int
+    stop: list[str]
+    wave_size: int                  # prompts per wave (a wave arrives at once)
+    profile_limit: int              # prompts repeated under the profiler (0 = none)
+
+
+def wave_order(sides: list[str], wave: int) -> list[str]:
+    """ABBA: even waves in the given order, odd waves reversed."""
+    return list(sides) if wave % 2 == 0 else list(reversed(sides))
+
+
+def completion_row(i: int, c: Completion) -> dict:
+    """One request's latency row (vLLM's definitions), plus queueing, KV hand-off and spec
+    decode counts where the engine had them."""
+    row = dict(req_index=i, prompt_tokens=len(c.prompt_token_ids), output_tokens=len(c.token_ids),
+               finish_reason=c.finish_reason,
+               queue_ms=None if c.first_scheduled_time is None
+               else (c.first_scheduled_time - c.arrival_time) * 1e3,
+               kv_handoff_ms=None if c.kv_handoff_s is None else c.kv_handoff_s * 1e3,
+               **request_latency(c))
+    if c.num_drafts is not None:
+        row.update(num_drafts=c.num_drafts, num_draft_tokens=c.num_draft_tokens,
+                   num_accepted_tokens=c.num_accepted_tokens)
+        row.update({f"accepted_pos_{j}": n for j, n in enumerate(c.accepted_per_pos or [])})
+    return row
+
+
+def dispatch_rows(session: Session) -> list[dict]:
+    counts: dict[tuple[str, str], int] = {}
+    for phase, kind in session.dispatch_log():
+        counts[(phase, kind)] = counts.get((phase, kind), 0) + 1
+    return [dict(phase=p, kind=k, steps=n) for (p, k), n in sorted(counts.items())]
+
+
+def _collect_dispatch(session: Session, res: SideResult) -> None:
+    res.dispatch = dispatch_rows(session)
+
+
+def _submit(session: Session, prompts: list, batch: Batch, closed: bool = False
+            ) -> list[Completion]:
+    if prompts and isinstance(prompts[0], TimedPrompt):
+        t_first = min(p.arrival_s for p in prompts)
+        return session.serve([replace(p, arrival_s=0.0 if closed else p.arrival_s - t_first)
+                              for p in prompts])
+    return session.generate(prompts, batch.max_tokens, batch.stop)
+
+
+def _timed_wave(session: Session, res: SideResult, prompts: list, first_index: int,
+                batch: Batch) -> list[Completion]:
+    gc.collect()              # the other side's garbage is not collected on this side's clock
     session.reset_steps()
     t0 = time.perf_counter()
-    comps = session.generate(prompts, max_tokens, stop)
-    res.wall_s = time.perf_counter() - t0
-    for i, c in enumerate(comps):
-        res.requests.append(dict(req_index=i, prompt_tokens=len(c.prompt_token_ids),
-                                 output_tokens=len(c.token_ids), finish_reason=c.finish_reason,
-                                 kv_handoff_ms=None if c.kv_handoff_s is None
-                                 else c.kv_handoff_s * 1e3, **request_latency(c)))
+    comps = _submit(session, prompts, batch)
+    res.wall_s += time.perf_counter() - t0
+    for j, c in enumerate(comps):
+        i = first_index + j
+        res.requests.append(completion_row(i, c))
         res.itl.extend(dict(req_index=i, itl_ms=x) for x in inter_token_latencies(c))
         res.tokens.append(c.token_ids)
-    res.steps = step_rows(session.steps())
-    if profile_limit > 0:
-        session.reset_steps()
-        session.auditing = True      # state audits read the device: only in this pass
-        with profiled(device) as prof:
-            session.generate(prompts[:profile_limit], max_tokens, stop)
+    return comps
+
+
+def _profiled_pass(session: Session, res: SideResult, batch: Batch, device: str) -> None:
+    session.reset_steps()
+    session.auditing = True      # state audits read the device: only in this pass
+    try:
+        with profiled(device) as prof:       # all at once: counts need shapes, not timing
+            _submit(session, batch.prompts[:batch.profile_limit], batch, closed=True)
+    finally:
         session.auditing = False
-        counts = count_per_step(prof.events, session.step_label, session.phase_labels)
-        steps = step_rows(session.steps())
-        for row, st in zip(counts, steps):        # both in time order
-            row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
-        res.profile = counts
-        res.audits = [asdict(a) for a in session.audits()]
-    return res, comps
+    counts = count_per_step(prof.events, session.step_label, session.phase_labels)
+    for row, st in zip(counts, step_rows(session.steps())):        # both in time order
+        row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
+    res.profile = counts
+    res.audits = [asdict(a) for a in session.audits()]
+
+
+def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
+                      ) -> tuple[dict[str, SideResult], dict[str, list[Completion]],
+                                 dict[str, SideFailure]]:
+    """Run `batch` on every session; a side that raises drops out, the others finish."""
+    results = {s: SideResult(resolved=sess.resolved()) for s, sess in sessions.items()}
+    comps: dict[str, list[Completion]] = {s: [] for s in sessions}
+    failed: dict[str, SideFailure] = {}
+
+    def attempt(side: str, fn, *args) -> None:
+        if side in failed:
+            return
+        try:
+            fn(*args)
+        except Exception as e:    # a crashed side is a recorded failure, not a lost run
+            failed[side] = SideFailure(f"{type(e).__name__}: {e}", traceback.format_exc(limit=8))
+
+    def wave(side: str, w: int, lo: int, hi: int) -> None:
+        res = results[side]
+        n_itl = len(res.itl)
+        cs = _timed_wave(sessions[side], res, batch.prompts[lo:hi], lo, batch)
+        for row in res.requests[lo:hi] + res.itl[n_itl:]:
+            row["wave"] = w
+        comps[side].extend(cs)
+        res.steps.extend(dict(r, wave=w) for r in step_rows(sessions[side].steps()))
+        for k, v in sessions[side].counters().items():
+            res.counters[k] = res.counters.get(k, 0) + v
+
+    size = max(1, batch.wave_size)
+    for w, lo in enumerate(range(0, len(batch.prompts), size)):
+        for side in wave_order(list(sessions), w):
+            attempt(side, wave, side, w, lo, min(lo + size, len(batch.prompts)))
+    if batch.profile_limit > 0:
+        for side, sess in sessions.items():
+            attempt(side, _profiled_pass, sess, results[side], batch, device)
+    for side, sess in sessions.items():
+        attempt(side, _collect_dispatch, sess, results[side])
+    ok = {s: r for s, r in results.items() if s not in failed}
+    return ok, {s: c for s, c in comps.items() if s not in failed}, failed

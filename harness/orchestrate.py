@@ -17,6 +17,7 @@ from tqdm import tqdm
 from workloads import get_workload
 
 from .collectors.agreement import first_divergence
+from . import references
 from .compare import compare, latency_summary
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, BadInput
 from .results import RunWriter, check_out, environment
@@ -40,6 +41,13 @@ class Overrides:
         return out
 
 
+def _failure(workload: str, side: str, e: Exception) -> dict:
+    if isinstance(e, BadInput):
+        return dict(workload=workload, side=side, error=str(e))
+    return dict(workload=workload, side=side, error=f"{type(e).__name__}: {e}",
+                traceback=traceback.format_exc(limit=8))
+
+
 def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]:
     if failures:
         return "error", EXIT_RUN_FAILED
@@ -49,8 +57,11 @@ def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]
 
 
 def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
-              overrides: Overrides, out: Path, log=None) -> tuple[dict, int, Path]:
+              overrides: Overrides, out: Path, log=None,
+              save_reference: bool = False) -> tuple[dict, int, Path]:
     target = get_target(target_name)
+    if save_reference and (cand.faults or base.faults):
+        raise BadInput("--save-reference stores known-good counts: it cannot run with --fault")
     target.validate(base)
     target.validate(cand)
     check_out(out)
@@ -65,7 +76,13 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
             err = e.errors()[0]
             raise BadInput(f"workload {entry.id!r}: {'.'.join(map(str, err['loc']))}: "
                            f"{err['msg']}") from None
-        plan.append((entry, wl, params, wl.prepare(params)))
+        items = wl.prepare(params)
+        if hasattr(wl, "check_items"):
+            wl.check_items(params, items, min(target.context_len(base),
+                                              target.context_len(cand)))
+        points = wl.points(params) if hasattr(wl, "points") else [("", params)]
+        for suffix, pp in points:           # a sweep is one entry, many engine shapes
+            plan.append((f"{entry.id}.{suffix}" if suffix else entry.id, entry, wl, pp, items))
 
     writer = RunWriter(out)
     checks, failures, resolved, metrics = [], [], {}, {}
@@ -73,35 +90,44 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
                file=log or sys.stderr,      # looked up now: the stream may have been replaced
                disable=None)
     t_start = time.time()
-    for entry, wl, params, items in plan:
-        results = {}
+    saved: dict[str, dict] = {}
+    for wid, entry, wl, params, items in plan:
+        sessions = {}
         for side, spec in (("baseline", base), ("candidate", cand)):
-            bar.set_postfix_str(f"{entry.id}: {side} ({spec.runner})")
+            bar.set_postfix_str(f"{wid}: opening {side} ({spec.runner})")
             try:
-                session = target.open(spec, wl.engine_options(params))
-                try:
-                    results[side] = wl.run(session, items, params, spec.device)
-                finally:
-                    session.close()
-            except BadInput as e:
-                failures.append(dict(workload=entry.id, side=side, error=str(e)))
-            except Exception as e:    # a crashed side is a recorded failure, not a lost run
-                failures.append(dict(workload=entry.id, side=side,
-                                     error=f"{type(e).__name__}: {e}",
-                                     traceback=traceback.format_exc(limit=8)))
-            bar.update(1)
+                sessions[side] = target.open(spec, wl.engine_options(params))
+            except Exception as e:
+                failures.append(_failure(wid, side, e))
+        results = {}
+        try:
+            if sessions:
+                bar.set_postfix_str(f"{wid}: {' + '.join(sessions)}")
+                results, failed = wl.run(sessions, items, params, base.device)
+                failures += [dict(workload=wid, side=s, error=f.error,
+                                  traceback=f.traceback) for s, f in failed.items()]
+        except Exception as e:       # the workload itself crashed: both sides fail
+            failures += [_failure(wid, s, e) for s in sessions]
+            results = {}
+        finally:
+            for sess in sessions.values():
+                sess.close()
+        bar.update(2)
         if len(results) == 2:                # per-request agreement, for tables and plots
             for row, b, c in zip(results["candidate"].requests, results["baseline"].tokens,
                                  results["candidate"].tokens):
                 row["first_divergence"] = first_divergence(b, c)
                 row["agrees"] = row["first_divergence"] == -1
         for side, res in results.items():
-            writer.add_side(entry.id, side, res)
-            resolved.setdefault(entry.id, {})[side] = res.resolved
-            metrics.setdefault(entry.id, {})[side] = latency_summary(res)
+            writer.add_side(wid, side, res)
+            resolved.setdefault(wid, {})[side] = res.resolved
+            metrics.setdefault(wid, {})[side] = latency_summary(res)
+            saved.setdefault(side, {})[wid] = dict(params=params.model_dump(), profile=res.profile)
         if len(results) == 2:
-            checks += [c.to_dict() for c in compare(entry.id, results["baseline"],
-                                                    results["candidate"], suite.thresholds)]
+            ref = references.load(results["candidate"].resolved, wid, params.model_dump())
+            checks += [c.to_dict() for c in compare(wid, results["baseline"],
+                                                    results["candidate"],
+                                                    suite.thresholds_for(entry.id), ref)]
     bar.close()
     verdict, code = overall_verdict(checks, failures)
     summary = dict(verdict=verdict, suite=suite.name, target=target_name,
@@ -111,10 +137,16 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
     manifest = dict(environment(), suite=suite.model_dump(), target=target_name,
                     sides=dict(baseline=asdict(base), candidate=asdict(cand)),
                     seeds=dict(engine=dict(baseline=base.seed, candidate=cand.seed),
-                               workloads={e.id: getattr(p, "seed", None) for e, _, p, _ in plan}),
-                    workloads={e.id: dict(workload=e.workload, params=p.model_dump(),
-                                          source=getattr(wl, "source", lambda _: None)(p),
-                                          items=len(items)) for e, wl, p, items in plan},
+                               workloads={w: getattr(p, "seed", None) for w, _, _, p, _ in plan}),
+                    workloads={w: dict(workload=e.workload, entry=e.id, params=p.model_dump(),
+                                       source=getattr(wl, "source", lambda _: None)(p),
+                                       items=len(items)) for w, e, wl, p, items in plan},
                     resolved=resolved)
     path = writer.commit(manifest, summary)
+    if save_reference and not failures:     # a side that failed has nothing to keep
+        for side in ("baseline", "candidate"):
+            sha = manifest.get("git_sha")
+            first = next(iter(saved[side]))
+            references.save(resolved[first][side],
+                            {w: dict(e, git_sha=sha) for w, e in saved[side].items()})
     return summary, code, path

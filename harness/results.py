@@ -25,7 +25,7 @@ from .errors import BadInput
 from .execute import SideResult
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = ("requests", "itl", "steps", "profile", "audits")
+TABLES = ("requests", "itl", "steps", "profile", "audits", "dispatch")
 
 
 def default_out(suite: str) -> Path:

@@ -197,6 +197,19 @@ def percentile_ci_order_statistic(samples: ArrayLike, q: float, level: float = 0
     return Interval(est, float(x[l_idx]), float(x[u_idx]), lf, method)
 
 
+def min_samples_percentile_ci(q: float, level: float = 0.95) -> int:
+    """Fewest samples whose order-statistic CI for the q-th percentile has both bounds.
+
+    The upper bound exists once the sample maximum lies above the true quantile with
+    probability >= 1 - (1 - level)/2, i.e. 1 - (q/100)^n >= 1 - tail (the lower bound, for
+    q >= 50, needs fewer). A p99 at level 0.90 needs n >= 299: below that no method can say
+    where the p99 is, it can only quote the sample maximum.
+    """
+    p = max(_check_q(q), 100.0 - _check_q(q)) / 100.0
+    tail = (1.0 - _check_level(level)) / 2.0
+    return max(1, math.ceil(math.log(tail) / math.log(p) - 1e-12)) if p < 1 else 2 ** 31
+
+
 def _bootstrap_percentiles(
     x: np.ndarray, qf: float, n_boot: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -315,6 +328,56 @@ def _two_group_bootstrap(base: ArrayLike, cand: ArrayLike, q: float, level: floa
 
 
 # ---- two-sample tests -------------------------------------------------------------------
+
+
+def _signed_rank_null_cdf(n: int) -> np.ndarray:
+    """cdf[t] = P(W+ <= t) for the Wilcoxon signed-rank statistic of n pairs (no ties),
+    by the exact recursion over ranks (2^n sign patterns, counted, not enumerated)."""
+    m = n * (n + 1) // 2
+    counts = np.zeros(m + 1)
+    counts[0] = 1.0
+    for r in range(1, n + 1):
+        counts[r:] = counts[r:] + counts[:-r].copy()
+    return np.cumsum(counts) / 2.0 ** n
+
+
+def hodges_lehmann_ci_signed_rank(diffs: ArrayLike, level: float = 0.95) -> Interval:
+    """Hodges-Lehmann estimate of the median paired difference, with the exact CI that
+    inverts the Wilcoxon signed-rank test (the Walsh averages' order statistics).
+
+    For blocked designs: one difference per block (an interleaved wave, both sides timed
+    under the same machine conditions), so a burst that hits one block moves one rank, not
+    the estimate. Needs n >= 1; with very few blocks the interval is clipped to the extreme
+    Walsh averages and the method says "(clipped)".
+    """
+    lf = _check_level(level)
+    d = _as_1d_float(diffs, "diffs")
+    n = d.size
+    if n == 0:
+        return Interval(_NAN, _NAN, _NAN, lf, "Hodges-Lehmann / signed-rank")
+    i, j = np.triu_indices(n)
+    walsh = np.sort((d[i] + d[j]) / 2.0)
+    est = float(np.median(walsh))
+    cdf = _signed_rank_null_cdf(n)
+    tail = (1.0 - lf) / 2.0
+    ok = np.flatnonzero(cdf <= tail)          # k = largest t with P(W+ <= t) <= tail
+    if ok.size == 0:
+        return Interval(est, float(walsh[0]), float(walsh[-1]), lf,
+                        "Hodges-Lehmann / signed-rank (clipped)")
+    k = int(ok[-1]) + 1                       # the k-th smallest / largest Walsh averages
+    return Interval(est, float(walsh[k - 1]), float(walsh[-k]), lf,
+                    "Hodges-Lehmann / signed-rank")
+
+
+def wilcoxon_signed_rank(diffs: ArrayLike, alternative: str = "greater") -> TestResult:
+    """Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact for small n) on paired
+    differences: is the candidate's side of each block systematically larger?"""
+    d = _as_1d_float(diffs, "diffs")
+    d = d[d != 0]
+    if d.size == 0:
+        return TestResult(_NAN, 1.0, "Wilcoxon signed-rank")
+    r = _st.wilcoxon(d, alternative=alternative)
+    return TestResult(float(r.statistic), float(r.pvalue), "Wilcoxon signed-rank")
 
 
 def mann_whitney_u(base: ArrayLike, cand: ArrayLike, alternative: str = "two-sided") -> TestResult:

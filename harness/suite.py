@@ -29,6 +29,8 @@ class Thresholds(BaseModel):
     syncs_increase: float = Field(0.0, ge=0)               # hot-path syncs/step over baseline
     syncs_budget: float | None = Field(0.0, ge=0)          # absolute hot-path syncs/step cap
     audit_violations: int = Field(0, ge=0)                 # state-audit steps out of bounds
+    ops_increase: float = Field(0.0, ge=0)                 # ops/step per phase over reference
+    allocs_increase: float = Field(0.0, ge=0)              # allocations/step over reference
 
     @model_validator(mode="after")
     def _known_latency_metrics(self) -> "Thresholds":
@@ -43,6 +45,7 @@ class WorkloadEntry(BaseModel):
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     workload: str
     params: dict[str, Any] = {}
+    thresholds: dict[str, Any] = {}       # overrides of the suite's thresholds for this one
 
 
 class Suite(BaseModel):
@@ -58,7 +61,21 @@ class Suite(BaseModel):
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:
             raise ValueError(f"duplicate workload ids {sorted(dup)}")
+        for w in self.workloads:
+            self.thresholds_for(w.id)
         return self
+
+    def thresholds_for(self, workload_id: str) -> Thresholds:
+        """The suite's thresholds with the workload entry's overrides on top (validated)."""
+        entry = next(w for w in self.workloads if w.id == workload_id)
+        if not entry.thresholds:
+            return self.thresholds
+        try:
+            return Thresholds.model_validate({**self.thresholds.model_dump(), **entry.thresholds})
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ValueError(f"workload {workload_id!r} thresholds: "
+                             f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
 def _one_line(e: ValidationError) -> str:

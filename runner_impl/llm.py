@@ -45,6 +45,7 @@ class RequestMetrics:
     num_drafts: int = 0                   # verification steps with >= 1 draft
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = dataclasses.field(default_factory=list)  # vLLM's per-position count
     kv_handoff_s: float | None = None     # PD: time spent moving this request's KV
 
 
@@ -259,6 +260,7 @@ class LLM:
                 num_preemptions=req.num_preemptions, num_drafts=req.num_drafts,
                 num_draft_tokens=req.num_draft_tokens,
                 num_accepted_tokens=req.num_accepted_tokens,
+                accepted_per_pos=list(req.accepted_per_pos),
                 kv_handoff_s=req.kv_handoff_s),
             prompt=req.prompt_text)
 

@@ -172,3 +172,36 @@ def test_list(capsys):
     for name in ("gsm8k", "smoke", "quick", "nightly", "bundled", "stale-slot-state",
                  "seq-lens-sync", "warmup-short-prefill"):
         assert name in out
+
+
+def test_faults_and_calibrate_bad_input(capsys, out):
+    code, _, err = run_cli(["faults", "quick", "--fault", "typo-fault", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "typo-fault")
+    code, _, err = run_cli(["calibrate", "quick", "-n", "0", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "-n")
+    code, _, err = run_cli(["calibrate", "smoke", "--max-rate", "2", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "--max-rate")
+    code, _, err = run_cli(["calibrate", "no-such-suite", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "no-such-suite")
+    assert not out.exists()
+
+
+def test_save_reference_refuses_faults(capsys, out):
+    code, _, err = run_cli(["run", "smoke", "--fault", "seq-lens-sync", "--save-reference",
+                            "--out", str(out)], capsys)
+    assert_bad_input(code, err, "--save-reference")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("name: s\nworkloads:\n  - {id: a, workload: gsm8k, thresholds: {latency_rel: -1}}\n",
+     "latency_rel"),
+    ("name: s\nworkloads:\n  - {id: a, workload: spec-decode, params: {ks: []}}\n", "ks"),
+    ("name: s\nworkloads:\n  - {id: a, workload: warmup, params: {kk: [1]}}\n", "kk"),
+])
+def test_bad_workload_thresholds_and_params(tmp_path, capsys, out, text, needle):
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    code, _, err = run_cli(["run", str(p), "--out", str(out)], capsys)
+    assert_bad_input(code, err, needle)
+    assert not out.exists()

@@ -19,19 +19,59 @@ def run(args):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("quick")
-    out = {}
-    for name, extra in (("clean", []), ("stale", ["--fault", "stale-slot-state"]),
-                        ("sync", ["--fault", "seq-lens-sync"])):
-        code = run(["run", "quick", "--out", str(root / name), *extra])
-        out[name] = (code, root / name, json.loads((root / name / "summary.json").read_text()))
-    return out
+def matrix(tmp_path_factory):
+    """`mrbench faults quick`: the quick suite clean, then once per fault (one command)."""
+    out = tmp_path_factory.mktemp("faults") / "m"
+    code = run(["faults", "quick", "--out", str(out)])
+    return code, out, json.loads((out / "faults.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(matrix):
+    _, out, res = matrix
+    exits = {"clean": res["clean"]["exit"], **{f: r["exit"] for f, r in res["faults"].items()}}
+    return {name: (exits[run_dir], out / run_dir,
+                   json.loads((out / run_dir / "summary.json").read_text()))
+            for name, run_dir in (("clean", "clean"), ("stale", "stale-slot-state"),
+                                  ("sync", "seq-lens-sync"))}
 
 
 def flagged(summary):
     return {(c["workload"], c["metric"]) for c in summary["checks"]
             if c["verdict"] == "regression"}
+
+
+def test_fault_matrix_json(matrix):
+    code, out, res = matrix
+    assert res["clean"] == {**res["clean"], "verdict": "pass", "false_alarms": 0, "flagged": [],
+                            "exit": 0}
+    assert set(res["faults"]) == {"stale-slot-state", "seq-lens-sync", "mirror-increment",
+                                  "accept-count-cat-argmax", "warmup-short-prefill"}
+    for name, r in res["faults"].items():
+        assert r["caught"] == bool(r["by"]) and not r["failures"], name
+    assert "gsm8k-pd/token_agreement" in res["faults"]["stale-slot-state"]["by"]
+    assert "gsm8k/syncs_per_step" in res["faults"]["seq-lens-sync"]["by"]
+    assert code == (0 if all(r["caught"] for r in res["faults"].values()) else 1)
+
+
+def test_every_fault_is_caught_by_its_own_check(matrix):
+    _, _, res = matrix
+    by = {f: set(r["by"]) for f, r in res["faults"].items()}
+    assert "spec.k2-ngram-b4/state_audit_violations" in by["mirror-increment"]
+    assert "spec.k2-ngram-b4/ops_vs_reference" in by["accept-count-cat-argmax"]
+    assert "warmup.k1/unwarmed_dispatch" in by["warmup-short-prefill"]
+    assert not any(c.startswith("warmup.k") and c != "warmup.k1/unwarmed_dispatch"
+                   for c in by["warmup-short-prefill"])      # the bug class is k = 1 only
+
+
+def test_fault_matrix_report(matrix):
+    _, out, res = matrix
+    html = (out / "report.html").read_text()
+    p = _Imgs()
+    p.feed(html)
+    assert not p.external and 'id="matrix-table"' in html
+    for name in ("clean", *res["faults"]):
+        assert f'href="{name}/report.html"' in html and (out / name / "report.html").is_file()
 
 
 def test_quick_clean_passes(runs):
@@ -45,8 +85,10 @@ def test_quick_clean_passes(runs):
         assert manifest["resolved"][wl]["candidate"]["runner"] == "v2"
         assert manifest["resolved"][wl]["baseline"]["runner"] == "v1"
     req = pd.read_csv(path / "requests.csv")
-    assert set(req["workload"]) == {"gsm8k", "gsm8k-pd"}
-    assert req["correct_strict"].mean() >= 0.9          # the bundled model reads the problems
+    assert set(req["workload"]) == {"gsm8k", "gsm8k-pd", "spec.k2-ngram-b4",
+                                    *(f"warmup.k{k}" for k in range(5))}
+    gsm = req[req.workload.str.startswith("gsm8k")]
+    assert gsm["correct_strict"].mean() >= 0.9          # the bundled model reads the problems
     metrics = {c["metric"] for c in summary["checks"]}
     assert {"p99_ttft_ms", "p99_itl_ms", "accuracy_strict", "token_agreement",
             "syncs_per_step", "ops_per_step", "allocs_per_step",

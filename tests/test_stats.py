@@ -465,3 +465,45 @@ def test_order_statistic_ci_contains_estimate_at_a_tiny_quantile():
     interpolated estimate is above x_(1); the interval must still contain it."""
     iv = st.percentile_ci_order_statistic([0.0, 2.0], 5.960464477539063e-08, 0.5)
     assert iv.lo <= iv.estimate <= iv.hi
+
+
+# ---- blocked (paired) statistics -------------------------------------------------------------
+
+def test_min_samples_for_a_p99_ci():
+    assert st.min_samples_percentile_ci(99, 0.90) == 299
+    n = st.min_samples_percentile_ci(99, 0.90)
+    x = np.random.default_rng(0).random(n)
+    assert st.percentile_ci_order_statistic(x, 99, 0.90).method == "order-statistic"
+    assert "clipped" in st.percentile_ci_order_statistic(x[:-1], 99, 0.90).method
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+def test_signed_rank_null_matches_enumeration(n):
+    import itertools
+    ranks = np.arange(1, n + 1)
+    w = [int(ranks[np.array(s, bool)].sum()) for s in itertools.product([0, 1], repeat=n)]
+    emp = np.cumsum(np.bincount(w, minlength=n * (n + 1) // 2 + 1)) / 2 ** n
+    np.testing.assert_allclose(st._signed_rank_null_cdf(n), emp)
+
+
+def test_hodges_lehmann_ci_covers_at_its_level():
+    rng = np.random.default_rng(7)
+    cover = 0
+    for _ in range(1000):
+        iv = st.hodges_lehmann_ci_signed_rank(rng.standard_t(3, 8) + 0.5, 0.90)
+        cover += iv.lo <= 0.5 <= iv.hi
+        assert iv.lo <= iv.estimate <= iv.hi
+    assert cover / 1000 >= 0.88
+
+
+def test_hodges_lehmann_known_value_and_clipping():
+    iv = st.hodges_lehmann_ci_signed_rank([1.0, 2.0, 3.0], 0.95)
+    assert iv.estimate == pytest.approx(2.0) and "clipped" in iv.method
+    assert (iv.lo, iv.hi) == (1.0, 3.0)
+
+
+def test_wilcoxon_matches_scipy_and_handles_zeros():
+    d = [0.3, -0.1, 0.4, 0.2, 0.5, 0.25, -0.05, 0.35]
+    assert st.wilcoxon_signed_rank(d).p_value == pytest.approx(
+        sps.wilcoxon(d, alternative="greater").pvalue)
+    assert st.wilcoxon_signed_rank([0.0, 0.0]).p_value == 1.0

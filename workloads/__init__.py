@@ -7,8 +7,9 @@ from typing import Any
 
 
 def workloads() -> dict[str, Any]:
-    from . import gsm8k
-    return {w.name: w for w in (gsm8k.WORKLOAD,)}
+    from . import gsm8k, spec_decode, trace_replay, warmup_coverage
+    return {w.name: w for w in (gsm8k.WORKLOAD, spec_decode.WORKLOAD, trace_replay.WORKLOAD,
+                                warmup_coverage.WORKLOAD)}
 
 
 def get_workload(name: str) -> Any:

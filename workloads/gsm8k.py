@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import BadInput
-from harness.execute import SideResult, drive_batch
+from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
 from harness.targets.base import EngineOptions, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
@@ -33,6 +33,7 @@ class Params(BaseModel):
     max_num_batched_tokens: int = Field(2048, ge=16)
     num_speculative_tokens: int = Field(0, ge=0, le=8)
     speculative_method: Literal["ngram", "draft"] = "ngram"
+    wave_size: int | None = Field(None, ge=1)  # prompts per timed wave; None = 2 x max_num_seqs
     profile_limit: int = Field(8, ge=0)    # prompts in the profiled pass (0 = no profiling)
     state_audit: bool = True               # bundled V2: poison freed slots, audit the mirror
 
@@ -107,13 +108,21 @@ class GSM8K:
     def source(self, p: Params) -> str:
         return p.dataset or f"generated:seed={p.seed}"
 
-    def run(self, session: Session, items: list[Item], p: Params, device: str) -> SideResult:
+    def run(self, sessions: dict[str, Session], items: list[Item], p: Params, device: str
+            ) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
         prompts = [PROMPT.format(question=it.question) for it in items]
         # Prompts the model's context cannot hold are scored wrong, on both sides alike.
-        fits = [session.fits(pr, p.max_tokens) for pr in prompts]
-        run_idx = [i for i, ok in enumerate(fits) if ok]
-        res, comps = drive_batch(session, [prompts[i] for i in run_idx], p.max_tokens,
-                                 list(STOP), p.profile_limit, device)
+        any_session = next(iter(sessions.values()))
+        run_idx = [i for i, pr in enumerate(prompts) if any_session.fits(pr, p.max_tokens)]
+        batch = Batch([prompts[i] for i in run_idx], p.max_tokens, list(STOP),
+                      p.wave_size or 2 * p.max_num_seqs, p.profile_limit)
+        results, comps, failed = drive_interleaved(sessions, batch, device)
+        for side, res in results.items():
+            self._score(res, comps[side], items, run_idx)
+        return results, failed
+
+    @staticmethod
+    def _score(res: SideResult, comps: list, items: list[Item], run_idx: list[int]) -> None:
         by_item = dict(zip(run_idx, comps))
         rows = {r["req_index"]: r for r in res.requests}
         requests, tokens = [], []
@@ -129,7 +138,6 @@ class GSM8K:
         for r in res.itl:                    # ITL rows follow the item index too
             r["req_index"] = run_idx[r["req_index"]]
         res.requests, res.tokens = requests, tokens
-        return res
 
 
 WORKLOAD = GSM8K()

@@ -29,6 +29,7 @@ class EngineOptions:
     max_num_batched_tokens: int = 2048
     num_speculative_tokens: int = 0
     speculative_method: str = "ngram"
+    draft_model: str | None = None       # method "draft": None = the side's own model drafts
     pd_disagg: bool = False
     dtype: str = "auto"
     state_audit: bool = False            # bundled only: poison freed slots, audit each step
@@ -45,6 +46,20 @@ class Completion:
     token_times: list[float]
     finish_reason: str | None = None
     kv_handoff_s: float | None = None
+    first_scheduled_time: float | None = None   # queueing delay = this - arrival_time
+    num_drafts: int | None = None               # spec decode (None: the engine had none)
+    num_draft_tokens: int | None = None
+    num_accepted_tokens: int | None = None
+    accepted_per_pos: list[int] | None = None   # [i]: verification steps accepting draft i
+
+
+@dataclass(frozen=True)
+class TimedPrompt:
+    """One request of an open-loop replay: it arrives at `arrival_s` after the start."""
+
+    arrival_s: float
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
 
 
 @dataclass
@@ -72,12 +87,24 @@ class AuditSample:
 
 
 class Session(Protocol):
+    vocab_size: int                      # token ids a TimedPrompt may use: [0, vocab_size)
     step_label: str                      # profiler range around one step
     auditing: bool                       # state audits on (only outside timed passes)
     phase_labels: dict[str, str]         # phase name -> profiler range name
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
         """Greedy completions, in prompt order."""
+
+    def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
+        """Open loop: each request is added at its arrival time whether or not the engine
+        keeps up; greedy, exactly `max_tokens` each (EOS ignored). In request order."""
+
+    def dispatch_log(self) -> list[tuple[str, str]]:
+        """(phase, dispatch class) of every step since the session opened, warmup included
+        ("warmup" / "serve"); the classes are the target's own (V2: uniform_decode/mixed)."""
+
+    def counters(self) -> dict[str, float]:
+        """Target-specific totals since the last reset (e.g. slot reuses); may be empty."""
 
     def fits(self, prompt: str, max_tokens: int) -> bool:
         """Whether the model's context can take the prompt (the engine would reject it)."""
@@ -103,6 +130,9 @@ class Target(Protocol):
 
     def validate(self, side: SideSpec) -> None:
         """Raise BadInput for a runner, device, model or fault this target cannot take."""
+
+    def context_len(self, side: SideSpec) -> int:
+        """The model's context in tokens (after validate), to check workloads up front."""
 
     def info(self) -> dict[str, Any]:
         """Runners and faults this target offers (for `mrbench list`)."""

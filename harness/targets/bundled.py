@@ -7,10 +7,20 @@ from typing import Any
 from runner_impl import FAULTS, LLM, RunnerError, SamplingParams
 
 from ..errors import BadInput
-from .base import AuditSample, Completion, EngineOptions, SideSpec, Step, register
+from .base import (AuditSample, Completion, EngineOptions, SideSpec, Step, TimedPrompt,
+                   register)
 
 RUNNERS = ("v2", "v1")
 PHASES = ("prepare", "forward", "sample", "postprocess", "output")
+
+
+def _draft_model(side: SideSpec, options: EngineOptions) -> str | None:
+    if options.num_speculative_tokens == 0 or options.speculative_method != "draft":
+        return None
+    if options.draft_model:
+        return options.draft_model
+    from runner_impl.default_model import default_model_dir
+    return side.model or str(default_model_dir())     # self-drafting: exercises the path
 
 
 class BundledSession:
@@ -25,14 +35,35 @@ class BundledSession:
                        max_num_batched_tokens=options.max_num_batched_tokens,
                        num_speculative_tokens=options.num_speculative_tokens,
                        speculative_method=options.speculative_method,
+                       draft_model=_draft_model(side, options),
                        pd_disagg=options.pd_disagg, dtype=options.dtype,
                        debug_poison_freed_slots=options.state_audit and side.runner == "v2")
         self.startup_s = time.perf_counter() - t0      # load + warmup
+        self.vocab_size = self.llm.model_config.vocab_size
         self._audits: list[AuditSample] = []
         self.auditing = False          # the driver turns it on outside timed passes
         self._step0 = self._step_counts()
+        self._admitted = self._reused = 0
+        self._slots_seen: set[tuple[str, int]] = set()
+        self.llm.add_step_callback(self._count_admissions)
         if options.state_audit and side.runner == "v2":
             self.llm.add_step_callback(self._audit)
+
+    def _count_admissions(self, core, sched, out) -> None:
+        """Admissions on the instance whose slots hold decode state, and how many went into
+        a slot an earlier served request had held (V2's per-slot state; V1 has no slots)."""
+        if core.name == "prefill":
+            return
+        self._admitted += len(sched.scheduled_new_reqs)
+        state = getattr(core.runner, "state", None)
+        if state is None:
+            return
+        for r in sched.scheduled_new_reqs:
+            slot = state.req_id_to_index.get(r.req_id)
+            if slot is None:                       # finished within its first step
+                continue
+            self._reused += (core.name, slot) in self._slots_seen
+            self._slots_seen.add((core.name, slot))
 
     def _step_counts(self) -> dict[str, int]:
         return {c.name: len(c.step_records) for c in self.llm.cores}
@@ -52,12 +83,51 @@ class BundledSession:
         self._audits.append(AuditSample(core.name, len(core.step_records) - 1, max(slack),
                                         min(slack), self.options.num_speculative_tokens))
 
+    def _completion(self, o) -> Completion:
+        m = o.metrics
+        spec = self.options.num_speculative_tokens > 0
+        return Completion(o.prompt_token_ids, o.token_ids, o.text, m.arrival_time,
+                          list(m.token_times), o.outputs[0].finish_reason, m.kv_handoff_s,
+                          m.first_scheduled_time,
+                          m.num_drafts if spec else None, m.num_draft_tokens if spec else None,
+                          m.num_accepted_tokens if spec else None,
+                          list(m.accepted_per_pos) if spec else None)
+
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
         sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))
-        outs = self.llm.generate(prompts, sp)
-        return [Completion(o.prompt_token_ids, o.token_ids, o.text, o.metrics.arrival_time,
-                           list(o.metrics.token_times), o.outputs[0].finish_reason,
-                           o.metrics.kv_handoff_s) for o in outs]
+        return [self._completion(o) for o in self.llm.generate(prompts, sp)]
+
+    def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
+        llm = self.llm
+        order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
+        ids: dict[int, str] = {}
+        done: dict[str, object] = {}
+        t0 = time.perf_counter()
+        nxt = 0
+        while nxt < len(order) or llm.has_unfinished():
+            now = time.perf_counter() - t0
+            while nxt < len(order) and requests[order[nxt]].arrival_s <= now:
+                r = requests[order[nxt]]
+                sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
+                ids[order[nxt]] = llm.add_request({"prompt_token_ids": list(r.prompt_token_ids)},
+                                                  sp, arrival_time=t0 + r.arrival_s)
+                nxt += 1
+            if llm.has_unfinished():
+                for out in llm.step():
+                    done[out.request_id] = out
+            elif nxt < len(order):              # idle until the next arrival
+                time.sleep(max(0.0, min(requests[order[nxt]].arrival_s - now, 0.05)))
+        return [self._completion(done[ids[i]]) for i in range(len(requests))]
+
+    def dispatch_log(self) -> list[tuple[str, str]]:
+        return [(phase, str(key[0]) if key else "empty")
+                for core in self.llm.cores for phase, key in core.runner.dispatch_log]
+
+    def counters(self) -> dict[str, float]:
+        out = dict(admissions=self._admitted)
+        if self.llm.config.runner == "v2":
+            out["slot_reuses"] = self._reused
+        return out
 
     def fits(self, prompt: str, max_tokens: int) -> bool:
         return len(self.llm.tokenizer.encode(prompt)) < self.llm.max_model_len
@@ -74,13 +144,15 @@ class BundledSession:
     def reset_steps(self) -> None:
         self._step0 = self._step_counts()
         self._audits = []
+        self._admitted = self._reused = 0
 
     def audits(self) -> list[AuditSample]:
         return list(self._audits)
 
     def resolved(self) -> dict[str, Any]:
         cfg = self.llm.config
-        return dict(target="bundled", runner=cfg.runner, device=str(cfg.torch_device),
+        return dict(target="bundled", runner=cfg.runner, sync_free=cfg.runner == "v2",
+                    device=str(cfg.torch_device),
                     dtype=str(cfg.torch_dtype).removeprefix("torch."),
                     model=str(self.llm.model_dir), faults=list(self.side.faults),
                     seed=self.side.seed, startup_s=round(self.startup_s, 3),
@@ -123,6 +195,11 @@ class BundledTarget:
             return BundledSession(side, options)
         except RunnerError as e:
             raise BadInput(f"bundled target: {e}") from None
+
+    def context_len(self, side: SideSpec) -> int:
+        from runner_impl.default_model import default_model_dir
+        from runner_impl.model.loader import load_config
+        return load_config(side.model or default_model_dir()).max_position_embeddings
 
     def info(self) -> dict[str, Any]:
         return dict(runners=list(RUNNERS), faults=sorted(FAULTS))

@@ -41,6 +41,7 @@ class Request:
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)  # [i]: steps accepting draft i
     prompt_text: str | None = None
     pd_origin: "Request | None" = None     # PD: the user's request a prefill-side copy serves
     kv_payload: object = None              # PD: KV from the prefill side, loaded on admission

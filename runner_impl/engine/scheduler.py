@@ -158,6 +158,10 @@ class Scheduler:
                 req.num_drafts += 1
                 req.num_draft_tokens += len(scheduled_drafts)
                 req.num_accepted_tokens += len(sampled) - 1
+                if len(req.accepted_per_pos) < len(scheduled_drafts):
+                    req.accepted_per_pos += [0] * (len(scheduled_drafts) - len(req.accepted_per_pos))
+                for i in range(len(sampled) - 1):     # drafts are accepted as a prefix
+                    req.accepted_per_pos[i] += 1
             req.spec_token_ids = list(drafts)
             for tok in sampled:
                 req.output_token_ids.append(tok)

@@ -1,0 +1,143 @@
+"""Many runs of one suite, judged together: the fault catch matrix and A/A calibration.
+
+`faults`: the suite clean (it must pass), then once per fault switch on the candidate; the
+matrix says which checks flagged each fault. `calibrate`: the suite N times with the same
+runner on both sides (or a clean candidate, to measure a cross-runner gap); every
+regression verdict there is a false alarm, and the rate per check is what a threshold is
+judged by. Both write one directory: the runs under it, plus faults.json or
+calibration.json, renamed into place only when complete.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import stats
+from .orchestrate import Overrides, run_suite
+from .results import check_out, environment, write_json
+from .suite import Suite
+from .targets.base import SideSpec
+
+
+def check_name(c: dict) -> str:
+    return f"{c['workload']}/{c['metric']}"
+
+
+def flagged(summary: dict) -> list[str]:
+    return sorted(check_name(c) for c in summary["checks"] if c["verdict"] == "regression")
+
+
+class _Campaign:
+    """A hidden directory that becomes `out` only when every run in it is done."""
+
+    def __init__(self, out: Path) -> None:
+        check_out(out)
+        self.out = out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+
+    def run(self, name: str, suite: Suite, target: str, base: SideSpec, cand: SideSpec,
+            overrides: Overrides, log=None) -> tuple[dict, int]:
+        summary, code, _ = run_suite(suite, target, base, cand, overrides, self.tmp / name, log)
+        return summary, code
+
+    def commit(self, filename: str, payload: dict) -> Path:
+        from .campaign_report import render_campaign
+        write_json(self.tmp / filename, payload)
+        render_campaign(self.tmp, filename.split(".")[0].replace("calibration", "calibrate"),
+                        payload)
+        if self.out.exists():
+            self.out.rmdir()
+        os.replace(self.tmp, self.out)
+        return self.out
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]]) -> tuple[dict, Path]:
+    camp = _Campaign(out)
+    try:
+        filename, payload = body(camp)
+        return payload, camp.commit(filename, payload)
+    except BaseException:
+        camp.abandon()
+        raise
+
+
+def fault_matrix(suite: Suite, target: str, base: SideSpec, cand: SideSpec, faults: list[str],
+                 overrides: Overrides, out: Path, log=None) -> tuple[dict, Path]:
+    """{"clean": {verdict, false_alarms, flagged, exit}, "faults": {NAME: {caught, by, ...}}}."""
+    def body(camp: _Campaign) -> tuple[str, dict]:
+        clean, code = camp.run("clean", suite, target, base, replace(cand, faults=()),
+                               overrides, log)
+        result = dict(suite=suite.name, target=target, baseline=base.runner,
+                      candidate=cand.runner,
+                      clean=dict(verdict=clean["verdict"], false_alarms=len(flagged(clean)),
+                                 flagged=flagged(clean), exit=code,
+                                 failures=clean["failures"]),
+                      faults={})
+        for f in faults:
+            s, code = camp.run(f, suite, target, base, replace(cand, faults=(f,)),
+                               overrides, log)
+            result["faults"][f] = dict(caught=bool(flagged(s)), by=flagged(s),
+                                       verdict=s["verdict"], exit=code,
+                                       failures=s["failures"])
+        result["environment"] = environment()
+        return "faults.json", result
+    return _guarded(out, body)
+
+
+def calibrate(suite: Suite, target: str, base: SideSpec, cand: SideSpec, n: int,
+              overrides: Overrides, out: Path, log=None) -> tuple[dict, Path]:
+    """Run the suite n times; per check, the false-alarm rate (Wilson CI) and the spread of
+    its delta, so a threshold can be set above what a no-change comparison produces."""
+    def body(camp: _Campaign) -> tuple[str, dict]:
+        per: dict[str, dict] = defaultdict(lambda: dict(alarms=0, runs=0, deltas=[],
+                                                        ci_hi=[], threshold=None))
+        runs = []
+        for i in range(n):
+            s, code = camp.run(f"run-{i:02d}", suite, target, base, cand, overrides, log)
+            runs.append(dict(run=i, verdict=s["verdict"], exit=code, flagged=flagged(s),
+                             failures=len(s["failures"])))
+            for c in s["checks"]:
+                row = per[check_name(c)]
+                row["runs"] += 1
+                row["alarms"] += c["verdict"] == "regression"
+                row["threshold"] = c["threshold"]
+                if c["verdict"] != "info" and c["delta"] is not None:
+                    row["deltas"].append(c["delta"])
+                    if c["ci"] and c["ci"][1] is not None:
+                        row["ci_hi"].append(c["ci"][1])
+        checks = {}
+        for name, row in sorted(per.items()):
+            d = np.array(row["deltas"], dtype=float)
+            ci = stats.proportion_ci_wilson(row["alarms"], row["runs"], level=0.95)
+            checks[name] = dict(
+                runs=row["runs"], false_alarms=row["alarms"],
+                rate=row["alarms"] / row["runs"], rate_ci=[ci.lo, ci.hi],
+                judged=len(d), threshold=row["threshold"],
+                delta_median=float(np.median(d)) if len(d) else None,
+                delta_max=float(d.max()) if len(d) else None,
+                delta_min=float(d.min()) if len(d) else None, deltas=d.tolist(),
+                ci_hi_max=max(row["ci_hi"]) if row["ci_hi"] else None)
+        worst = max((c["rate"] for c in checks.values()), default=0.0)
+        return "calibration.json", dict(
+            suite=suite.name, target=target, baseline=base.runner, candidate=cand.runner,
+            n=n, runs=runs, checks=checks, max_rate=worst,
+            errors=sum(r["verdict"] == "error" for r in runs),
+            method="every regression verdict of a no-change comparison is a false alarm; "
+                   "rate CI: Wilson 95%", environment=environment())
+    return _guarded(out, body)
+
+
+def fmt_rate(c: dict) -> str:
+    lo, hi = c["rate_ci"]
+    return f"{c['false_alarms']}/{c['runs']} ({c['rate']:.0%}, CI {lo:.0%}-{hi:.0%})"

@@ -1,0 +1,64 @@
+"""report.html for a campaign directory: the fault catch matrix, or calibration's false-alarm
+table with the spread of no-change deltas. One self-contained file like a run's report;
+links point at the runs' own reports beside it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .report import _environment, _fig_to_data_uri, fmt_num
+
+
+def _matrix(res: dict) -> dict:
+    runs = [("clean", res["clean"]), *res["faults"].items()]
+    cols = sorted({c for _, r in runs for c in (r.get("flagged") or r.get("by") or [])})
+    rows = []
+    for name, r in runs:
+        hits = set(r.get("flagged") or r.get("by") or [])
+        good = (not hits) if name == "clean" else bool(hits)
+        status = ("pass" if good else "FALSE ALARM") if name == "clean" else \
+            ("caught" if good else "MISSED")
+        rows.append(dict(name=name, status=status, good=good, link=f"{name}/report.html",
+                         hits=[c in hits for c in cols]))
+    return dict(columns=cols, rows=rows)
+
+
+def _calibration_plot(checks: dict) -> str | None:
+    import matplotlib.pyplot as plt
+    rows = [(n, c) for n, c in checks.items() if c.get("deltas")]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.2))
+    for i, (_, c) in enumerate(rows):
+        d = np.asarray(c["deltas"], dtype=float)
+        ax.plot(d, np.full(d.shape, i), "o", alpha=0.6, color="#2980b9")
+    ax.set_yticks(range(len(rows)), [n for n, _ in rows], fontsize=7)
+    ax.axvline(0, color="#999", lw=0.8)
+    ax.set_xlabel("delta of each no-change run (latency: relative P99 change)")
+    fig.tight_layout()
+    return _fig_to_data_uri(fig)
+
+
+def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
+    runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
+    ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None)
+    if kind == "faults":
+        ctx.update(title=f"mrbench faults: {res['suite']}",
+                   subtitle=f"{res['baseline']} (baseline) vs {res['candidate']} (candidate), "
+                            f"target {res['target']}", matrix=_matrix(res))
+    else:
+        ctx.update(title=f"mrbench calibrate: {res['suite']} x {res['n']}",
+                   subtitle=f"{res['baseline']} vs {res['candidate']}: {res['method']}",
+                   plot=_calibration_plot(res["checks"]),
+                   calibration=[dict(name=n, alarms=f"{c['false_alarms']}/{c['runs']}",
+                                     rate=f"{c['rate']:.0%} ({c['rate_ci'][0]:.0%}-"
+                                          f"{c['rate_ci'][1]:.0%})",
+                                     judged=c["judged"], dmin=fmt_num(c["delta_min"]),
+                                     dmed=fmt_num(c["delta_median"]),
+                                     dmax=fmt_num(c["delta_max"]), threshold=c["threshold"],
+                                     over=max_rate is not None and c["rate"] > max_rate)
+                                for n, c in res["checks"].items()])
+    out = camp_dir / "report.html"
+    out.write_text(_environment().get_template("campaign.html.j2").render(**ctx))
+    return out

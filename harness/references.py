@@ -1,0 +1,76 @@
+"""Stored op and allocation counts of a known-good candidate, per engine build.
+
+Op counts per step are deterministic for a fixed batch sequence, so a candidate can be held
+to its own earlier counts exactly (asv keeps benchmark history the same way). A V2-vs-V1
+comparison cannot do this: the runners differ by design. References are keyed by what
+changes the counts (target, runner, device, dtype, torch version) and carry the workload's
+parameters hash, so a reference is never applied to a different workload shape. They are
+committed under results/baselines/ and rewritten with `mrbench run ... --save-reference`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REF_DIR = Path(__file__).resolve().parents[1] / "results" / "baselines" / "op-counts"
+IGNORED_PARAMS = ("limit", "wave_size")      # do not change the profiled pass
+
+
+def build_key(resolved: dict[str, Any]) -> str:
+    import torch
+    ver = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    parts = [resolved.get("target"), resolved.get("runner"),
+             str(resolved.get("device", "cpu")).split(":")[0], resolved.get("dtype"),
+             f"torch{ver}"]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts))
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    keep = {k: v for k, v in sorted(params.items()) if k not in IGNORED_PARAMS}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def count_means(profile: list[dict]) -> dict[str, float]:
+    """Mean per profiled step of every ops_* / allocs column."""
+    if not profile:
+        return {}
+    cols = [c for c in profile[0] if c == "ops" or c.startswith("ops_") or c == "allocs"]
+    return {c: float(np.mean([r[c] for r in profile if r.get(c) is not None])) for c in cols}
+
+
+def _path(key: str, ref_dir: Path) -> Path:
+    return ref_dir / f"{key}.json"
+
+
+def load(resolved: dict, workload_id: str, params: dict, ref_dir: Path = REF_DIR) -> dict | None:
+    p = _path(build_key(resolved), ref_dir)
+    if not p.is_file():
+        return None
+    entry = json.loads(p.read_text()).get(workload_id)
+    if not entry or entry.get("params_hash") != params_hash(params):
+        return None
+    return entry
+
+
+def save(resolved: dict, entries: dict[str, dict], ref_dir: Path = REF_DIR) -> Path:
+    """Merge {workload_id: {"params": ..., "profile": rows, "git_sha": ...}} into the file
+    for this build, atomically."""
+    ref_dir.mkdir(parents=True, exist_ok=True)
+    p = _path(build_key(resolved), ref_dir)
+    data = json.loads(p.read_text()) if p.is_file() else {}
+    for wid, e in entries.items():
+        data[wid] = dict(params_hash=params_hash(e["params"]), counts=count_means(e["profile"]),
+                         steps=len(e["profile"]), git_sha=e.get("git_sha"))
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=ref_dir)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, p)
+    return p

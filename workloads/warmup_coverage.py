@@ -1,0 +1,59 @@
+"""Warmup coverage: which dispatch classes warmup ran, and which serving then used.
+
+For each k, an engine is opened (its warmup runs), then a short mixed batch is served. A
+serving class that warmup never ran pays its compile / CUDA-graph capture on a live request
+(vLLM PR 40746: with k = 1 the warmup's prompt was a valid decode query, so the prefill path
+was never warmed). The check is `unwarmed_dispatch` on every workload; this one exists to
+sweep k where the classification depends on it.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
+from harness.targets.base import EngineOptions, Session
+
+from .gsm8k_problems import HELD_OUT_SEEDS
+from .prompts import STOP, gsm8k_prompts
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ks: list[int] = Field([0, 1, 2, 3, 4], min_length=1)
+    seed: int = HELD_OUT_SEEDS[2]
+    limit: int = Field(4, ge=1)
+    max_tokens: int = Field(16, ge=2)
+    max_num_seqs: int = Field(4, ge=1)
+    speculative_method: str = "ngram"
+    k: int | None = Field(None, ge=0, le=8)       # set by points()
+
+
+class WarmupCoverage:
+    name = "warmup"
+    description = "warmup coverage: dispatch classes warmed vs served, for k in 0..4"
+    Params = Params
+
+    def points(self, p: Params) -> list[tuple[str, Params]]:
+        return [(f"k{k}", p.model_copy(update=dict(k=k))) for k in p.ks]
+
+    def engine_options(self, p: Params) -> EngineOptions:
+        return EngineOptions(max_num_seqs=p.max_num_seqs,
+                             num_speculative_tokens=p.ks[0] if p.k is None else p.k,
+                             speculative_method=p.speculative_method)
+
+    def prepare(self, p: Params) -> list[str]:
+        return gsm8k_prompts(p.seed, p.limit)
+
+    def source(self, p: Params) -> str:
+        return f"generated:seed={p.seed}"
+
+    def run(self, sessions: dict[str, Session], items: list[str], p: Params, device: str
+            ) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
+        first = next(iter(sessions.values()))
+        prompts = [x for x in items if first.fits(x, p.max_tokens)]
+        results, _, failed = drive_interleaved(
+            sessions, Batch(prompts, p.max_tokens, list(STOP), len(prompts), 0), device)
+        return results, failed
+
+
+WORKLOAD = WarmupCoverage()
