@@ -64,15 +64,33 @@ def _parser() -> argparse.ArgumentParser:
     rep_.add_argument("--json", action="store_true")
 
     c = sub.add_parser("compare", help="gate the candidate side of one run against another's")
-    c.add_argument("base", type=Path)
-    c.add_argument("cand", type=Path)
+    c.add_argument("runs", nargs="+", type=Path, metavar="RUN",
+                   help="BASE CAND, or CAND alone with --baseline last-pass")
+    c.add_argument("--baseline", choices=["last-pass"],
+                   help="last-pass: the newest passing comparable run in the history")
+    c.add_argument("--db", type=Path, help="history database (default results/history.sqlite)")
     c.add_argument("--side", default="candidate", choices=["candidate", "baseline"],
                    help="which side of each run to compare (default candidate)")
     c.add_argument("--out", type=Path)
     c.add_argument("--json", action="store_true")
 
+    h = sub.add_parser("history", help="result history (SQLite) and trend reports")
+    hsub = h.add_subparsers(dest="history_cmd", required=True, parser_class=_Parser)
+    ha = hsub.add_parser("add", help="append runs to the history (creates the database)")
+    ha.add_argument("runs", nargs="+", type=Path)
+    hr = hsub.add_parser("report", help="trend report with change points, one HTML file")
+    hr.add_argument("--out", type=Path, help="HTML file (default: history.html beside the db)")
+    hr.add_argument("--latency-min-rel", type=float, default=0.20,
+                    help="smallest latency/throughput step to mark (default 0.20)")
+    hr.add_argument("--json", action="store_true", help="print the change points as JSON")
+    hl = hsub.add_parser("list", help="the runs in the history")
+    for x in (ha, hr, hl):
+        x.add_argument("--db", type=Path, help="database (default results/history.sqlite)")
+
     rep = sub.add_parser("report", help="(re)render report.html of results directories")
     rep.add_argument("runs", nargs="+", type=Path)
+    rep.add_argument("--markdown", action="store_true",
+                     help="print the verdict table (or a faults matrix) as Markdown instead")
 
     ls = sub.add_parser("list", help="workloads, suites, targets and faults")
     ls.add_argument("--json", action="store_true")
@@ -274,10 +292,27 @@ def cmd_compare(a: argparse.Namespace) -> int:
     from .orchestrate import overall_verdict
     from .results import RunWriter, check_out, default_out, environment, load_side, read_run
     from .suite import Thresholds
+    if a.baseline == "last-pass":
+        if len(a.runs) != 1:
+            raise BadInput("with --baseline last-pass give only the candidate run")
+        from . import history
+        a.cand = a.runs[0]
+        like, _ = history.run_record(a.cand)
+        found = history.last_pass(a.db or history.DEFAULT_DB, like)
+        if found is None:
+            raise BadInput(f"no passing run comparable with {a.cand} in the history "
+                           f"({a.db or history.DEFAULT_DB})")
+        a.base = Path(found)
+        print(f"baseline: {a.base} (last passing comparable run)")
+    elif len(a.runs) != 2:
+        raise BadInput("compare needs BASE and CAND runs (or CAND with --baseline last-pass)")
+    else:
+        a.base, a.cand = a.runs
     bm, bs = read_run(a.base)
     cm, cs = read_run(a.cand)
     suite = bm.get("suite", {})
     overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
+    entry_of = {w: (d or {}).get("entry", w) for w, d in bm.get("workloads", {}).items()}
     common = [w for w in bm.get("workloads", {}) if w in cm.get("workloads", {})]
     if not common:
         raise BadInput(f"{a.base} and {a.cand} share no workload")
@@ -292,10 +327,13 @@ def cmd_compare(a: argparse.Namespace) -> int:
         writer.add_side(w, "baseline", b)
         writer.add_side(w, "candidate", c)
         metrics[w] = dict(baseline=latency_summary(b), candidate=latency_summary(c))
-        th = Thresholds.model_validate({**suite.get("thresholds", {}), **overrides.get(w, {})})
+        th = Thresholds.model_validate({**suite.get("thresholds", {}),
+                                        **overrides.get(entry_of.get(w, w), {})})
         checks += [x.to_dict() for x in compare(w, b, c, th)]
     verdict, code = overall_verdict(checks, [])
     summary = dict(verdict=verdict, suite=f"compare {a.base.name} -> {a.cand.name}",
+                   target=bs.get("target"), baseline=bs.get("candidate"),
+                   candidate=cs.get("candidate"),
                    checks=checks, failures=[], metrics=metrics)
     manifest = dict(environment(), compared=dict(base=str(a.base), cand=str(a.cand),
                                                  side=a.side),
@@ -305,9 +343,48 @@ def cmd_compare(a: argparse.Namespace) -> int:
     return code
 
 
+def cmd_history(a: argparse.Namespace) -> int:
+    from . import history
+    db = a.db or history.DEFAULT_DB
+    if a.history_cmd == "add":
+        n = history.add(db, a.runs)
+        print(f"added {n} of {len(a.runs)} runs to {db}")
+        return EXIT_PASS
+    if a.history_cmd == "list":
+        for r in history.runs(db):
+            print(f"{r['created'][:19]}  {(r['git_sha'] or '?')[:10]}  {r['suite']:<10} "
+                  f"{r['candidate']} vs {r['baseline']}  {r['verdict']:<10} {r['run_dir']}")
+        return EXIT_PASS
+    from .history_report import render
+    if a.latency_min_rel < 0:
+        raise BadInput(f"--latency-min-rel must be >= 0, got {a.latency_min_rel}")
+    history.open_existing(db).close()
+    out = a.out or db.with_name("history.html")
+    path, res = render(db, out, a.latency_min_rel)
+    changes = [dict(group=g["key"], workload=c["workload"], metric=c["metric"],
+                    run_number=c["index"] + 1, run_dir=c["run"]["run_dir"],
+                    git_sha=c["run"]["git_sha"], before=c["cp"].before, after=c["cp"].after,
+                    rel_change=c["cp"].rel_change, p_value=c["cp"].p_value)
+               for g in res["groups"] for c in g["changes"]]
+    if a.json:
+        print(json.dumps(dict(runs=res["n_runs"], changes=changes, report=str(path)),
+                         indent=2, default=str))
+    else:
+        for c in changes:
+            print(f"change: {c['workload']}/{c['metric']} from run {c['run_number']} "
+                  f"({(c['git_sha'] or '?')[:10]}): {c['before']:.4g} -> {c['after']:.4g}")
+        print(f"{len(changes)} change points in {res['n_runs']} runs; report: {path}")
+    return EXIT_PASS
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     from .report import render_report
     from .results import read_run
+    if a.markdown:
+        from .markdown import faults_markdown, run_markdown
+        for run in a.runs:
+            print(faults_markdown(run) if (run / "faults.json").is_file() else run_markdown(run))
+        return EXIT_PASS
     for run in a.runs:
         read_run(run)
         print(render_report(run))
@@ -346,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         a = _parser().parse_args(argv)
         return {"run": cmd_run, "faults": cmd_faults, "calibrate": cmd_calibrate,
-                "steps": cmd_steps,
+                "steps": cmd_steps, "history": cmd_history,
                 "compare": cmd_compare, "report": cmd_report, "list": cmd_list}[a.cmd](a)
     except BadInput as e:
         print(f"mrbench: error: {e}", file=sys.stderr)

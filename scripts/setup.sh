@@ -7,5 +7,5 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==${MRBENCH_TORCH_VERSION:-2.13.0}"
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test${MRBENCH_EXTRAS:+,$MRBENCH_EXTRAS}]"
 .venv/bin/python -c "import torch, runner_impl; print('mrbench setup ok: torch', torch.__version__)"

