@@ -108,6 +108,9 @@ def _run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2
     p.add_argument("--out", type=Path, help="results directory (default results/<time>-<name>)")
     p.add_argument("--seed", type=int, help="engine seed and problem-generator seed")
     p.add_argument("--limit", type=int, help="problems / requests per workload")
+    p.add_argument("--time-scale", type=float,
+                   help="trace replay: arrival times x this (0.5 = twice as fast)")
+    p.add_argument("--max-input-len", type=int, help="trace replay: clip prompts to this")
     p.add_argument("--json", action="store_true", help="print the JSON result instead of a table")
 
 
@@ -172,7 +175,8 @@ def _suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()):
     seed = 0 if a.seed is None else a.seed
     base = _side(a.baseline, a.target, a.device, a.model, (), seed)
     cand = _side(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
-    return suite, base, cand, Overrides(a.seed, a.limit, a.dataset)
+    return suite, base, cand, Overrides(a.seed, a.limit, a.dataset, a.time_scale,
+                                        a.max_input_len)
 
 
 def cmd_run(a: argparse.Namespace) -> int:

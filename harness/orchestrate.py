@@ -32,6 +32,13 @@ class Overrides:
     seed: int | None = None
     limit: int | None = None
     dataset: str | None = None
+    time_scale: float | None = None          # trace replay
+    max_input_len: int | None = None         # trace replay
+
+    def unused(self, field_sets: list[set[str]]) -> list[str]:
+        """Options given that no workload of the suite takes (seed and limit always apply)."""
+        return [k for k, v in asdict(self).items() if v is not None
+                and k not in ("seed", "limit") and not any(k in f for f in field_sets)]
 
     def apply(self, params: dict, fields: set[str]) -> dict:
         out = dict(params)
@@ -66,6 +73,11 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
     target.validate(cand)
     check_out(out)
     plan = []
+    unused = overrides.unused([set(get_workload(e.workload).Params.model_fields)
+                               for e in suite.workloads])
+    if unused:
+        raise BadInput(f"--{unused[0].replace('_', '-')} applies to no workload of suite "
+                       f"{suite.name!r}")
     for entry in suite.workloads:
         wl = get_workload(entry.workload)
         from pydantic import ValidationError

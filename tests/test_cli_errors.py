@@ -205,3 +205,11 @@ def test_bad_workload_thresholds_and_params(tmp_path, capsys, out, text, needle)
     code, _, err = run_cli(["run", str(p), "--out", str(out)], capsys)
     assert_bad_input(code, err, needle)
     assert not out.exists()
+
+
+def test_trace_options_need_a_trace_workload(capsys, out):
+    code, _, err = run_cli(["run", "smoke", "--time-scale", "0.5", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "--time-scale", "smoke")
+    code, _, err = run_cli(["run", "trace", "--time-scale", "-1", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "time_scale")
+    assert not out.exists()

@@ -21,7 +21,8 @@ workloads:
 def replay_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("trace")
     (root / "t.yaml").write_text(SUITE)
-    code = main(["run", str(root / "t.yaml"), "--out", str(root / "run")])
+    code = main(["run", str(root / "t.yaml"), "--out", str(root / "run"),
+                 "--max-input-len", "150", "--time-scale", "0.5"])
     return code, root / "run"
 
 
@@ -37,6 +38,9 @@ def test_synthetic_pd_replay_reports_serving_metrics(replay_run):
     req = pd.read_csv(out / "requests.csv")
     cand = req[req.side == "candidate"]
     assert len(cand) == 24 and sorted(cand.wave.unique()) == [0, 1, 2, 3]
+    assert cand.prompt_tokens.max() <= 150 < 200                # --max-input-len applied
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["workloads"]["synth"]["params"]["time_scale"] == 0.5
     assert (cand.output_tokens == [r.output_len for r in trace_replay.WORKLOAD.prepare(
         trace_replay.Params.model_validate(
             {"trace": "synthetic:n=24,rate=40,input=16-200,output=4-24,seed=3,prefix=0.5,"
