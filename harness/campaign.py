@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from . import stats
-from .orchestrate import Overrides, run_suite
+from .orchestrate import Isolation, Overrides, run_suite
 from .results import check_out, environment, write_json
 from .suite import Suite
 from .targets.base import SideSpec
@@ -37,15 +37,17 @@ def flagged(summary: dict) -> list[str]:
 class _Campaign:
     """A hidden directory that becomes `out` only when every run in it is done."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, isolation: Isolation | None = None) -> None:
         check_out(out)
+        self.isolation = isolation
         self.out = out
         out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
 
-    def run(self, name: str, suite: Suite, target: str, base: SideSpec, cand: SideSpec,
+    def run(self, name: str, suite: Suite, base: SideSpec, cand: SideSpec,
             overrides: Overrides, log=None) -> tuple[dict, int]:
-        summary, code, _ = run_suite(suite, target, base, cand, overrides, self.tmp / name, log)
+        summary, code, _ = run_suite(suite, base, cand, overrides, self.tmp / name, log,
+                                     isolation=self.isolation)
         return summary, code
 
     def commit(self, filename: str, payload: dict) -> Path:
@@ -62,8 +64,9 @@ class _Campaign:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]]) -> tuple[dict, Path]:
-    camp = _Campaign(out)
+def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]],
+             isolation: Isolation | None = None) -> tuple[dict, Path]:
+    camp = _Campaign(out, isolation)
     try:
         filename, payload = body(camp)
         return payload, camp.commit(filename, payload)
@@ -72,31 +75,31 @@ def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]]) -> tuple[
         raise
 
 
-def fault_matrix(suite: Suite, target: str, base: SideSpec, cand: SideSpec, faults: list[str],
-                 overrides: Overrides, out: Path, log=None) -> tuple[dict, Path]:
+def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str],
+                 overrides: Overrides, out: Path, log=None,
+                 isolation: Isolation | None = None) -> tuple[dict, Path]:
     """{"clean": {verdict, false_alarms, flagged, exit}, "faults": {NAME: {caught, by, ...}}}."""
     def body(camp: _Campaign) -> tuple[str, dict]:
-        clean, code = camp.run("clean", suite, target, base, replace(cand, faults=()),
-                               overrides, log)
-        result = dict(suite=suite.name, target=target, baseline=base.runner,
-                      candidate=cand.runner,
+        clean, code = camp.run("clean", suite, base, replace(cand, faults=()), overrides, log)
+        result = dict(suite=suite.name, target=clean["target"], baseline=clean["baseline"],
+                      candidate=clean["candidate"],
                       clean=dict(verdict=clean["verdict"], false_alarms=len(flagged(clean)),
                                  flagged=flagged(clean), exit=code,
                                  failures=clean["failures"]),
                       faults={})
         for f in faults:
-            s, code = camp.run(f, suite, target, base, replace(cand, faults=(f,)),
-                               overrides, log)
+            s, code = camp.run(f, suite, base, replace(cand, faults=(f,)), overrides, log)
             result["faults"][f] = dict(caught=bool(flagged(s)), by=flagged(s),
                                        verdict=s["verdict"], exit=code,
                                        failures=s["failures"])
         result["environment"] = environment()
         return "faults.json", result
-    return _guarded(out, body)
+    return _guarded(out, body, isolation)
 
 
-def calibrate(suite: Suite, target: str, base: SideSpec, cand: SideSpec, n: int,
-              overrides: Overrides, out: Path, log=None) -> tuple[dict, Path]:
+def calibrate(suite: Suite, base: SideSpec, cand: SideSpec, n: int,
+              overrides: Overrides, out: Path, log=None,
+              isolation: Isolation | None = None) -> tuple[dict, Path]:
     """Run the suite n times; per check, the false-alarm rate (Wilson CI) and the spread of
     its delta, so a threshold can be set above what a no-change comparison produces."""
     def body(camp: _Campaign) -> tuple[str, dict]:
@@ -104,7 +107,7 @@ def calibrate(suite: Suite, target: str, base: SideSpec, cand: SideSpec, n: int,
                                                         ci_hi=[], threshold=None))
         runs = []
         for i in range(n):
-            s, code = camp.run(f"run-{i:02d}", suite, target, base, cand, overrides, log)
+            s, code = camp.run(f"run-{i:02d}", suite, base, cand, overrides, log)
             runs.append(dict(run=i, verdict=s["verdict"], exit=code, flagged=flagged(s),
                              failures=len(s["failures"])))
             for c in s["checks"]:
@@ -130,12 +133,12 @@ def calibrate(suite: Suite, target: str, base: SideSpec, cand: SideSpec, n: int,
                 ci_hi_max=max(row["ci_hi"]) if row["ci_hi"] else None)
         worst = max((c["rate"] for c in checks.values()), default=0.0)
         return "calibration.json", dict(
-            suite=suite.name, target=target, baseline=base.runner, candidate=cand.runner,
-            n=n, runs=runs, checks=checks, max_rate=worst,
+            suite=suite.name, target=s["target"], baseline=s["baseline"],
+            candidate=s["candidate"], n=n, runs=runs, checks=checks, max_rate=worst,
             errors=sum(r["verdict"] == "error" for r in runs),
             method="every regression verdict of a no-change comparison is a false alarm; "
                    "rate CI: Wilson 95%", environment=environment())
-    return _guarded(out, body)
+    return _guarded(out, body, isolation)
 
 
 def fmt_rate(c: dict) -> str:

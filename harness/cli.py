@@ -74,6 +74,16 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path)
     c.add_argument("--json", action="store_true")
 
+    ib = sub.add_parser("import-bench", help="vllm bench serve/latency JSON -> a results "
+                        "directory (for compare, report, history)")
+    ib.add_argument("files", nargs="+", type=Path, metavar="FILE.json",
+                    help="one or more result files of one setup (pooled)")
+    ib.add_argument("--out", type=Path, help="results directory (default results/<time>-...)")
+    ib.add_argument("--side", default="candidate", choices=["candidate", "baseline"],
+                    help="the side the data is stored as (default candidate, what compare reads)")
+    ib.add_argument("--label", help="name of the run (default: vLLM's label, else file name)")
+    ib.add_argument("--json", action="store_true")
+
     h = sub.add_parser("history", help="result history (SQLite) and trend reports")
     hsub = h.add_subparsers(dest="history_cmd", required=True, parser_class=_Parser)
     ha = hsub.add_parser("add", help="append runs to the history (creates the database)")
@@ -82,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     hr.add_argument("--out", type=Path, help="HTML file (default: history.html beside the db)")
     hr.add_argument("--latency-min-rel", type=float, default=0.20,
                     help="smallest latency/throughput step to mark (default 0.20)")
+    hr.add_argument("--absolute-latency", action="store_true",
+                    help="judge latency on the candidate's own figures, not the per-run "
+                         "candidate/baseline ratio (for a stable, dedicated host)")
     hr.add_argument("--json", action="store_true", help="print the change points as JSON")
     hl = hsub.add_parser("list", help="the runs in the history")
     for x in (ha, hr, hl):
@@ -98,10 +111,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2") -> None:
-    p.add_argument("--target", default="bundled")
+    p.add_argument("--target", default="bundled",
+                   help="engine of a side named without one: bundled (default) or vllm")
     p.add_argument("--candidate", default=candidate_default,
-                   help=f"candidate runner (default {candidate_default or 'the baseline'})")
-    p.add_argument("--baseline", default="v1", help="baseline runner (default v1)")
+                   help=f"candidate runner, RUNNER or TARGET:RUNNER (e.g. vllm:v2, bundled:v1; "
+                        f"default {candidate_default or 'the baseline'})")
+    p.add_argument("--baseline", default="v1",
+                   help="baseline runner, RUNNER or TARGET:RUNNER (default v1)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", help="model directory (default: the target's bundled model)")
     p.add_argument("--dataset", help="GSM8K JSONL path (or hf:openai/gsm8k when online)")
@@ -111,17 +127,43 @@ def _run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2
     p.add_argument("--time-scale", type=float,
                    help="trace replay: arrival times x this (0.5 = twice as fast)")
     p.add_argument("--max-input-len", type=int, help="trace replay: clip prompts to this")
+    p.add_argument("--scorer", choices=["mrbench", "lm-eval"],
+                   help="GSM8K: score with mrbench's extraction or lm-eval's own filters")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds one engine call may take before the engine counts as hung "
+                        "(default 900)")
+    p.add_argument("--vllm-sync-check", choices=["warn", "error"],
+                   help="vllm target: also run vLLM's own VLLM_GPU_SYNC_CHECK after warmup and "
+                        "count its warnings (CUDA only; vLLM does not arm it on CPU)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run engines in this process (debugging; a crash or hang of an "
+                        "engine then ends the run)")
     p.add_argument("--json", action="store_true", help="print the JSON result instead of a table")
 
 
 def _side(value: str, target: str, device: str, model: str | None, faults: tuple[str, ...],
           seed: int):
-    from .targets.base import SideSpec
+    from .targets.base import TARGETS, SideSpec
     t, _, runner = value.rpartition(":")
-    if t and t != target:
-        raise BadInput(f"runner {value!r} names target {t!r} but --target is {target!r} "
-                       "(cross-target runs arrive with the vLLM target)")
-    return SideSpec(runner=runner, device=device, model=model, faults=faults, seed=seed)
+    t = t or target
+    if t not in TARGETS:
+        raise BadInput(f"unknown target {t!r} in {value!r}; known: {', '.join(sorted(TARGETS))}")
+    if not runner:
+        raise BadInput(f"runner {value!r} names no runner (e.g. v2, vllm:v1)")
+    return SideSpec(runner=runner, device=device, model=model, faults=faults, seed=seed,
+                    target=t)
+
+
+def _isolation(a: argparse.Namespace):
+    import os
+
+    from .orchestrate import Isolation
+    if a.vllm_sync_check:             # read by the vllm target in each engine process
+        os.environ["MRBENCH_VLLM_SYNC_CHECK"] = a.vllm_sync_check
+    if a.timeout is not None and not a.timeout > 0:
+        raise BadInput(f"--timeout must be > 0 seconds, got {a.timeout}")
+    return Isolation(in_process=a.in_process,
+                     timeout_s=a.timeout if a.timeout is not None else Isolation.timeout_s)
 
 
 def _fmt(x) -> str:
@@ -146,6 +188,8 @@ def print_summary(summary: dict, path: Path, as_json: bool) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
     for f in summary["failures"]:
         print(f"FAILED {f['workload']} ({f['side']}): {f['error']}")
+    for u in summary.get("unsupported", []):
+        print(f"UNSUPPORTED HERE {u['workload']} ({u['side']}, {u['target']}): {u['reason']}")
     print(f"verdict: {summary['verdict']}")
     print(f"report: {path / 'report.html'}")
 
@@ -176,7 +220,7 @@ def _suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()):
     base = _side(a.baseline, a.target, a.device, a.model, (), seed)
     cand = _side(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
     return suite, base, cand, Overrides(a.seed, a.limit, a.dataset, a.time_scale,
-                                        a.max_input_len)
+                                        a.max_input_len, a.scorer)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -184,8 +228,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     from .results import default_out
     suite, base, cand, overrides = _suite_and_sides(a, tuple(a.fault))
     out = a.out or default_out(suite.name)
-    summary, code, path = run_suite(suite, a.target, base, cand, overrides, out,
-                                    save_reference=a.save_reference)
+    summary, code, path = run_suite(suite, base, cand, overrides, out,
+                                    save_reference=a.save_reference, isolation=_isolation(a))
     print_summary(summary, path, a.json)
     if a.save_reference and not a.json:
         print("references: " + ("not saved (a side failed)" if summary["failures"] else
@@ -199,13 +243,14 @@ def cmd_faults(a: argparse.Namespace) -> int:
     from .results import default_out
     from .targets.base import get_target
     suite, base, cand, overrides = _suite_and_sides(a)
-    known = get_target(a.target).info().get("faults", [])
+    known = get_target(cand.target).info().get("faults", [])
     faults = a.fault or list(known)
     bad = [f for f in faults if f not in known]
     if bad:
         raise BadInput(f"unknown fault {bad[0]!r}; known: {', '.join(known)}")
     out = a.out or default_out(f"faults-{suite.name}")
-    res, path = fault_matrix(suite, a.target, base, cand, faults, overrides, out)
+    res, path = fault_matrix(suite, base, cand, faults, overrides, out,
+                             isolation=_isolation(a))
     if a.json:
         print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=2))
     else:
@@ -233,7 +278,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         raise BadInput(f"--max-rate must be in [0, 1], got {a.max_rate}")
     suite, base, cand, overrides = _suite_and_sides(a)
     out = a.out or default_out(f"calibrate-{suite.name}")
-    res, path = calibrate(suite, a.target, base, cand, a.n, overrides, out)
+    res, path = calibrate(suite, base, cand, a.n, overrides, out, isolation=_isolation(a))
     if a.json:
         print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=2))
     else:
@@ -347,6 +392,18 @@ def cmd_compare(a: argparse.Namespace) -> int:
     return code
 
 
+def cmd_import_bench(a: argparse.Namespace) -> int:
+    from .bench_import import import_bench
+    from .results import default_out, read_run
+    path = import_bench(a.files, a.out or default_out("vllm-bench"), side=a.side,
+                        label=a.label)
+    if a.json:
+        print(json.dumps(dict(run=str(path), **read_run(path)[1]["imported"]), indent=2))
+    else:
+        print(path)
+    return EXIT_PASS
+
+
 def cmd_history(a: argparse.Namespace) -> int:
     from . import history
     db = a.db or history.DEFAULT_DB
@@ -364,7 +421,7 @@ def cmd_history(a: argparse.Namespace) -> int:
         raise BadInput(f"--latency-min-rel must be >= 0, got {a.latency_min_rel}")
     history.open_existing(db).close()
     out = a.out or db.with_name("history.html")
-    path, res = render(db, out, a.latency_min_rel)
+    path, res = render(db, out, a.latency_min_rel, a.absolute_latency)
     changes = [dict(group=g["key"], workload=c["workload"], metric=c["metric"],
                     run_number=c["index"] + 1, run_dir=c["run"]["run_dir"],
                     git_sha=c["run"]["git_sha"], before=c["cp"].before, after=c["cp"].after,
@@ -427,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         a = _parser().parse_args(argv)
         return {"run": cmd_run, "faults": cmd_faults, "calibrate": cmd_calibrate,
-                "steps": cmd_steps, "history": cmd_history,
+                "steps": cmd_steps, "history": cmd_history, "import-bench": cmd_import_bench,
                 "compare": cmd_compare, "report": cmd_report, "list": cmd_list}[a.cmd](a)
     except BadInput as e:
         print(f"mrbench: error: {e}", file=sys.stderr)

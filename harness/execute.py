@@ -59,6 +59,15 @@ class Batch:
     profile_limit: int              # prompts repeated under the profiler (0 = none)
 
 
+def describe_failure(e: BaseException) -> tuple[str, str]:
+    """(one-line error, traceback); for an exception raised inside an engine's process
+    (harness.worker.RemoteError) its own type, message and traceback."""
+    remote_tb = getattr(e, "remote_traceback", None)
+    if remote_tb is not None:
+        return str(e), remote_tb
+    return f"{type(e).__name__}: {e}", traceback.format_exc(limit=8)
+
+
 def wave_order(sides: list[str], wave: int) -> list[str]:
     """ABBA: even waves in the given order, odd waves reversed."""
     return list(sides) if wave % 2 == 0 else list(reversed(sides))
@@ -115,19 +124,29 @@ def _timed_wave(session: Session, res: SideResult, prompts: list, first_index: i
     return comps
 
 
-def _profiled_pass(session: Session, res: SideResult, batch: Batch, device: str) -> None:
+def profiled_run(session: Session, prompts: list, batch: Batch, device: str
+                 ) -> tuple[list[dict], list[dict]]:
+    """Run `prompts` at once under torch.profiler (counts need shapes, not timing), with
+    state audits on; (per-step counts, audit rows). Runs in the engine's own process when the
+    session is remote (harness.worker), since the profiler sees only its own process."""
     session.reset_steps()
     session.auditing = True      # state audits read the device: only in this pass
     try:
-        with profiled(device) as prof:       # all at once: counts need shapes, not timing
-            _submit(session, batch.prompts[:batch.profile_limit], batch, closed=True)
+        with profiled(device) as prof:
+            _submit(session, prompts, batch, closed=True)
     finally:
         session.auditing = False
     counts = count_per_step(prof.events, session.step_label, session.phase_labels)
     for row, st in zip(counts, step_rows(session.steps())):        # both in time order
         row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
-    res.profile = counts
-    res.audits = [asdict(a) for a in session.audits()]
+    return counts, [asdict(a) for a in session.audits()]
+
+
+def _profiled_pass(session: Session, res: SideResult, batch: Batch, device: str) -> None:
+    prompts = batch.prompts[:batch.profile_limit]
+    remote = getattr(session, "profiled_run", None)
+    res.profile, res.audits = (remote(prompts, batch, device) if remote
+                               else profiled_run(session, prompts, batch, device))
 
 
 def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
@@ -144,7 +163,7 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
         try:
             fn(*args)
         except Exception as e:    # a crashed side is a recorded failure, not a lost run
-            failed[side] = SideFailure(f"{type(e).__name__}: {e}", traceback.format_exc(limit=8))
+            failed[side] = SideFailure(*describe_failure(e))
 
     def wave(side: str, w: int, lo: int, hi: int) -> None:
         res = results[side]

@@ -29,6 +29,9 @@ def run_markdown(run_dir: Path) -> str:
                      f"{_f(c['candidate'])} | {_f(c['delta'])} | {_f(c['p_value'])} | {v} |")
     for f in s.get("failures", []):
         lines.append(f"\nFAILED {f['workload']} ({f['side']}): {f['error']}")
+    for u in s.get("unsupported", []):
+        lines.append(f"\nUNSUPPORTED HERE {u['workload']} ({u['side']}, {u['target']}): "
+                     f"{u['reason']}")
     return "\n".join(lines) + "\n"
 
 

@@ -6,9 +6,10 @@ recorded as a failure; the other workloads still run and report.
 """
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,9 +21,11 @@ from .collectors.agreement import first_divergence
 from . import references
 from .compare import compare, latency_summary
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, BadInput
+from .execute import describe_failure
 from .results import RunWriter, check_out, environment
 from .suite import Suite
-from .targets.base import SideSpec, get_target
+from .targets.base import SideSpec, Unsupported, get_target, side_label
+from .worker import DEFAULT_CALL_TIMEOUT_S, HostPool
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Overrides:
     dataset: str | None = None
     time_scale: float | None = None          # trace replay
     max_input_len: int | None = None         # trace replay
+    scorer: str | None = None                # gsm8k: "mrbench" | "lm-eval"
 
     def unused(self, field_sets: list[set[str]]) -> list[str]:
         """Options given that no workload of the suite takes (seed and limit always apply)."""
@@ -51,8 +55,30 @@ class Overrides:
 def _failure(workload: str, side: str, e: Exception) -> dict:
     if isinstance(e, BadInput):
         return dict(workload=workload, side=side, error=str(e))
-    return dict(workload=workload, side=side, error=f"{type(e).__name__}: {e}",
-                traceback=traceback.format_exc(limit=8))
+    error, tb = describe_failure(e)
+    return dict(workload=workload, side=side, error=error, traceback=tb)
+
+
+@dataclass
+class Isolation:
+    """How sessions are hosted: each in its own engine process with a deadline per call
+    (harness.worker; the default), or in this process (`--in-process`: for debugging with
+    a debugger or py-spy, where a crash or hang of the engine ends the run)."""
+
+    in_process: bool = False
+    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+
+
+def _open(side: str, spec: SideSpec, options, iso: Isolation, pool: HostPool, log: Path):
+    if iso.in_process:
+        return get_target(spec.target).open(spec, options)
+    return pool.open(side, spec.target, spec, options, log)
+
+
+def _attach_log(fail: dict, log: Path) -> None:
+    """A failure keeps the path of its engine's log (copied into the run directory)."""
+    if log.is_file():
+        fail["engine_log"] = f"engine-logs/{log.name}"
 
 
 def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]:
@@ -63,14 +89,16 @@ def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]
     return "pass", EXIT_PASS
 
 
-def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
+def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
               overrides: Overrides, out: Path, log=None,
-              save_reference: bool = False) -> tuple[dict, int, Path]:
-    target = get_target(target_name)
+              save_reference: bool = False,
+              isolation: Isolation | None = None) -> tuple[dict, int, Path]:
+    iso = isolation or Isolation()
+    targets = {s.target: get_target(s.target) for s in (base, cand)}
     if save_reference and (cand.faults or base.faults):
         raise BadInput("--save-reference stores known-good counts: it cannot run with --fault")
-    target.validate(base)
-    target.validate(cand)
+    targets[base.target].validate(base)
+    targets[cand.target].validate(cand)
     check_out(out)
     plan = []
     unused = overrides.unused([set(get_workload(e.workload).Params.model_fields)
@@ -90,27 +118,39 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
                            f"{err['msg']}") from None
         items = wl.prepare(params)
         if hasattr(wl, "check_items"):
-            wl.check_items(params, items, min(target.context_len(base),
-                                              target.context_len(cand)))
+            wl.check_items(params, items, min(targets[base.target].context_len(base),
+                                              targets[cand.target].context_len(cand)))
         points = wl.points(params) if hasattr(wl, "points") else [("", params)]
         for suffix, pp in points:           # a sweep is one entry, many engine shapes
             plan.append((f"{entry.id}.{suffix}" if suffix else entry.id, entry, wl, pp, items))
 
     writer = RunWriter(out)
+    logs = Path(tempfile.mkdtemp(prefix="mrbench-engine-logs-"))
+    pool = HostPool(iso.timeout_s)
     checks, failures, resolved, metrics = [], [], {}, {}
+    unsupported: list[dict] = []
     bar = tqdm(total=2 * len(plan), desc=f"mrbench {suite.name}", unit="side",
                file=log or sys.stderr,      # looked up now: the stream may have been replaced
                disable=None)
     t_start = time.time()
     saved: dict[str, dict] = {}
     for wid, entry, wl, params, items in plan:
-        sessions = {}
+        sessions, n_fail = {}, len(failures)
+        side_logs = {s: logs / f"{wid}.{s}.log" for s in ("baseline", "candidate")}
         for side, spec in (("baseline", base), ("candidate", cand)):
-            bar.set_postfix_str(f"{wid}: opening {side} ({spec.runner})")
+            bar.set_postfix_str(f"{wid}: opening {side} ({spec.target}:{spec.runner})")
             try:
-                sessions[side] = target.open(spec, wl.engine_options(params))
+                sessions[side] = _open(side, spec, wl.engine_options(params), iso, pool,
+                                       side_logs[side])
+            except Unsupported as e:          # not this machine's: say so, it is no failure
+                unsupported.append(dict(workload=wid, side=side, target=spec.target,
+                                        reason=str(e)))
             except Exception as e:
                 failures.append(_failure(wid, side, e))
+        if any(u["workload"] == wid for u in unsupported):
+            for sess in sessions.values():
+                sess.close()
+            sessions = {}
         results = {}
         try:
             if sessions:
@@ -124,6 +164,8 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
         finally:
             for sess in sessions.values():
                 sess.close()
+        for f in failures[n_fail:]:
+            _attach_log(f, side_logs[f["side"]])
         bar.update(2)
         if len(results) == 2:                # per-request agreement, for tables and plots
             for row, b, c in zip(results["candidate"].requests, results["baseline"].tokens,
@@ -141,12 +183,19 @@ def run_suite(suite: Suite, target_name: str, base: SideSpec, cand: SideSpec,
                                                     results["candidate"],
                                                     suite.thresholds_for(entry.id), ref)]
     bar.close()
+    pool.shutdown()
+    for f in sorted(logs.iterdir()):
+        writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
+    shutil.rmtree(logs, ignore_errors=True)
     verdict, code = overall_verdict(checks, failures)
+    target_name = base.target if base.target == cand.target else f"{cand.target}~{base.target}"
     summary = dict(verdict=verdict, suite=suite.name, target=target_name,
-                   baseline=base.runner, candidate=cand.runner,
+                   baseline=side_label(base, cand), candidate=side_label(cand, base),
                    candidate_faults=list(cand.faults), checks=checks, failures=failures,
+                   unsupported=unsupported,
                    metrics=metrics, wall_s=round(time.time() - t_start, 2))
     manifest = dict(environment(), suite=suite.model_dump(), target=target_name,
+                    isolation=asdict(iso),
                     sides=dict(baseline=asdict(base), candidate=asdict(cand)),
                     seeds=dict(engine=dict(baseline=base.seed, candidate=cand.seed),
                                workloads={w: getattr(p, "seed", None) for w, _, _, p, _ in plan}),

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 REF_DIR = Path(__file__).resolve().parents[1] / "results" / "baselines" / "op-counts"
-IGNORED_PARAMS = ("limit", "wave_size")      # do not change the profiled pass
+IGNORED_PARAMS = ("limit", "wave_size", "scorer")  # do not change the profiled pass
 
 
 def build_key(resolved: dict[str, Any]) -> str:

@@ -159,7 +159,9 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
     try:
         # as text: a workload named "001" must still match summary.json
         df = pd.read_csv(path, dtype={"workload": str, "side": str})
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError) as e:
+    except pd.errors.EmptyDataError:      # an empty table (RunWriter writes one as "\n")
+        return None
+    except (pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError) as e:
         log.warning("report: cannot read %s: %s", path, e)
         return None
     df.columns = [str(c).strip() for c in df.columns]
@@ -520,7 +522,7 @@ def _build_context(run_dir: Path) -> dict:
     checks = [c for c in (summary.get("checks") or []) if isinstance(c, dict)]
     failures = [f for f in (summary.get("failures") or []) if isinstance(f, dict)]
     verdict = str(summary.get("verdict") or "error")
-    if verdict not in ("pass", "regression", "error"):
+    if verdict not in ("pass", "regression", "error", "imported"):   # imported: no gate ran
         verdict = "error"
 
     requests = _read_csv(run_dir / "requests.csv")
@@ -559,7 +561,9 @@ def _build_context(run_dir: Path) -> dict:
         "verdict": verdict,
         "summary_error": summary_err,
         "failures": [{"workload": f.get("workload", ""), "side": f.get("side", ""),
-                      "error": f.get("error", "")} for f in failures],
+                      "error": f.get("error", ""), "engine_log": f.get("engine_log")}
+                     for f in failures],
+        "unsupported": [u for u in (summary.get("unsupported") or []) if isinstance(u, dict)],
         "checks": [_check_row(c) for c in checks],
         "n_regressions": sum(1 for c in checks if c.get("verdict") == "regression"),
         "workloads": workloads,

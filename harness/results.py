@@ -97,6 +97,11 @@ class RunWriter:
         self.out = out
         self.rows: dict[str, list[dict]] = {t: [] for t in TABLES}
         self.tokens: list[dict] = []
+        self.files: dict[str, str] = {}
+
+    def add_file(self, rel: str, text: str) -> None:
+        """An extra file of the run (e.g. an engine's log), written with the rest."""
+        self.files[rel] = text
 
     def add_side(self, workload: str, side: str, res: SideResult) -> None:
         runner = res.resolved.get("runner")
@@ -115,6 +120,9 @@ class RunWriter:
             with (tmp / "tokens.jsonl").open("w") as f:
                 for row in self.tokens:
                     f.write(json.dumps(row) + "\n")
+            for rel, text in self.files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_text(text, encoding="utf-8")
             write_json(tmp / "manifest.json", manifest)
             write_json(tmp / "summary.json", summary)
             if render:

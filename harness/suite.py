@@ -26,6 +26,7 @@ class Thresholds(BaseModel):
     latency_metrics: list[str] = list(LATENCY_METRICS)
     accuracy_drop: float = Field(0.02, ge=0, le=1)         # strict-match accuracy, absolute
     agreement_min: float = Field(0.99, ge=0, le=1)         # share of requests with equal tokens
+    parity_min: float = Field(0.99, ge=0, le=1)            # cross-engine: share of equal tokens
     syncs_increase: float = Field(0.0, ge=0)               # hot-path syncs/step over baseline
     syncs_budget: float | None = Field(0.0, ge=0)          # absolute hot-path syncs/step cap
     audit_violations: int = Field(0, ge=0)                 # state-audit steps out of bounds

@@ -36,6 +36,7 @@ class EngineConfig:
     seed: int = 0
     warmup: bool = True
     debug_poison_freed_slots: bool = False  # V2: freed slots get a poison token (state audit)
+    enforce_eager: bool = False           # V2 on CUDA: no CUDA graphs (vLLM's enforce_eager)
 
     def __post_init__(self) -> None:
         if not isinstance(self.faults, FaultSet):
@@ -78,6 +79,11 @@ class EngineConfig:
         if self.dtype == "auto":
             return torch.bfloat16 if self.torch_device.type == "cuda" else torch.float32
         return DTYPES[self.dtype]
+
+    @property
+    def use_cuda_graphs(self) -> bool:
+        """V2 on CUDA replays captured graphs for uniform-decode batches (captured at warmup)."""
+        return self.runner == "v2" and self.torch_device.type == "cuda" and not self.enforce_eager
 
     @property
     def k(self) -> int:

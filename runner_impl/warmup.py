@@ -5,6 +5,13 @@ batches are the real thing (vLLM builds its warmup SchedulerOutputs by hand, sam
 The dummy prompt is 2 + k tokens long: longer than a decode query (1 + k), so the first
 batch is classified as prefill (the fix of vLLM PR 40746). Then a fixed number of decode
 steps with full drafts, then an abort, as vLLM's warmup does.
+
+On CUDA the V2 runner first captures its uniform-decode CUDA graphs (one per padded batch
+size), so the dummy decode steps already replay them. Prefill and mixed batches run
+eagerly through a Triton attention kernel that is compiled (or loaded from Triton's disk
+cache) at its first launch in the process; the dummy prefill is what builds it. With
+`warmup-short-prefill` (k >= 1) that batch is classified as uniform decode and replays a
+graph instead, so the first real prefill pays for it: a first-prefill latency spike.
 """
 from __future__ import annotations
 
@@ -46,6 +53,9 @@ def run_warmup(core: "EngineCore") -> None:
         sched.add_request(reqs[-1])
     core.runner.phase = "warmup"
     try:
+        capture = getattr(core.runner, "capture_cudagraphs", None)
+        if capture is not None:
+            capture()
         decode_steps = 0
         for _ in range(MAX_STEPS):
             if decode_steps >= DECODE_STEPS or not sched.has_unfinished():

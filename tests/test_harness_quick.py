@@ -4,7 +4,9 @@ the two faults it must catch, plus `compare`, `report` and `run gsm8k --seed --l
 Each quick run takes a few minutes on 2 CPU cores; CI runs them (marked slow)."""
 import base64
 import json
+import os
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,13 +20,25 @@ def run(args):
     return main(args)
 
 
+NAMED_FAULTS = {"stale-slot-state", "seq-lens-sync"}
+
+
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
     """`mrbench faults quick` for the two faults issue 4 names: the quick suite clean, then
-    once per fault. (All five: .ci/run runs ci/nightly.sh cpu, the full matrix, after the
-    tests, and fails if one is missed.)"""
+    once per fault. .ci/run first runs ci/nightly.sh cpu, the full five-fault matrix of the
+    same suite, and points MRBENCH_FAULT_MATRIX at it: these tests then read that real
+    matrix instead of computing three of its runs a second time (8 minutes of CI)."""
+    reuse = os.environ.get("MRBENCH_FAULT_MATRIX")
+    if reuse:
+        out = Path(reuse)
+        res = json.loads((out / "faults.json").read_text())
+        assert res["suite"] == "quick" and NAMED_FAULTS <= set(res["faults"]), reuse
+        ok = res["clean"]["false_alarms"] == 0 and all(r["caught"]
+                                                       for r in res["faults"].values())
+        return (0 if ok else 1), out, res
     out = tmp_path_factory.mktemp("faults") / "m"
-    code = run(["faults", "quick", "--fault", "stale-slot-state", "--fault", "seq-lens-sync",
+    code = run(["faults", "quick", *(a for f in sorted(NAMED_FAULTS) for a in ("--fault", f)),
                 "--out", str(out)])
     return code, out, json.loads((out / "faults.json").read_text())
 
@@ -48,7 +62,7 @@ def test_fault_matrix_json(matrix):
     code, out, res = matrix
     assert res["clean"] == {**res["clean"], "verdict": "pass", "false_alarms": 0, "flagged": [],
                             "exit": 0}
-    assert set(res["faults"]) == {"stale-slot-state", "seq-lens-sync"}
+    assert NAMED_FAULTS <= set(res["faults"])
     for name, r in res["faults"].items():
         assert r["caught"] == bool(r["by"]) and not r["failures"], name
     assert "gsm8k-pd/token_agreement" in res["faults"]["stale-slot-state"]["by"]

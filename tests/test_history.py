@@ -103,3 +103,34 @@ def test_adding_a_non_run_changes_nothing(tmp_path, capsys, hist):
     before = db.read_bytes()
     code = main(["history", "add", str(tmp_path), "--db", str(db)])
     assert code == 2 and db.read_bytes() == before
+
+
+def _synthetic_db(path, cand, base, metric="p99_e2e_ms"):
+    """A history written straight into the schema: one workload, both sides of `metric`."""
+    from harness import history
+    with sqlite3.connect(path) as con:
+        con.executescript(history._SCHEMA)
+        con.execute("INSERT INTO meta VALUES ('schema', ?)", (history.SCHEMA_VERSION,))
+        for i, (c, b) in enumerate(zip(cand, base), 1):
+            cur = con.execute("INSERT INTO runs (run_dir, created, target, suite, device, "
+                              "candidate, baseline, verdict) VALUES (?, ?, 'bundled', 's', "
+                              "'cpu', 'v2', 'v1', 'pass')", (f"/r{i}", f"2026-11-{i:02d}"))
+            con.executemany("INSERT INTO metrics VALUES (?, 'w', ?, ?, ?)",
+                            [(cur.lastrowid, "candidate", metric, c),
+                             (cur.lastrowid, "baseline", metric, b)])
+    return path
+
+
+def test_machine_drift_moving_both_sides_is_not_a_latency_change(tmp_path):
+    """The machine slows by 40 % from run 5 on both sides: the ratio trend stays flat (no
+    change), the absolute trend (opt-in) marks run 5; a candidate-only slowdown is marked."""
+    from harness.history_report import analyse
+    base = [100, 102, 99, 101, 140, 141, 139, 142]
+    drift = _synthetic_db(tmp_path / "d.sqlite", [b * 1.05 for b in base], base)
+    marked = lambda res: [(c["metric"], c["index"] + 1) for g in res["groups"]
+                          for c in g["changes"]]
+    assert marked(analyse(drift)) == []
+    assert marked(analyse(drift, absolute_latency=True)) == [("p99_e2e_ms", 5)]
+    cand = [b * (1.0 if i < 4 else 1.5) for i, b in enumerate([100] * 8)]
+    own = _synthetic_db(tmp_path / "o.sqlite", cand, [100] * 8)
+    assert marked(analyse(own)) == [("p99_e2e_ms ratio", 5)]

@@ -19,7 +19,7 @@ from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
 from harness.targets.base import EngineOptions, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
-from .gsm8k_scoring import PROMPT, STOP, score
+from .gsm8k_scoring import PROMPT, STOP, score_all
 
 
 class Params(BaseModel):
@@ -36,6 +36,7 @@ class Params(BaseModel):
     wave_size: int | None = Field(None, ge=1)  # prompts per timed wave; None = 2 x max_num_seqs
     profile_limit: int = Field(8, ge=0)    # prompts in the profiled pass (0 = no profiling)
     state_audit: bool = True               # bundled V2: poison freed slots, audit the mirror
+    scorer: Literal["mrbench", "lm-eval"] = "mrbench"  # who scores: ours, or lm-eval's own code
 
 
 @dataclass
@@ -118,18 +119,20 @@ class GSM8K:
                       p.wave_size or 2 * p.max_num_seqs, p.profile_limit)
         results, comps, failed = drive_interleaved(sessions, batch, device)
         for side, res in results.items():
-            self._score(res, comps[side], items, run_idx)
+            self._score(res, comps[side], items, run_idx, p.scorer)
         return results, failed
 
     @staticmethod
-    def _score(res: SideResult, comps: list, items: list[Item], run_idx: list[int]) -> None:
+    def _score(res: SideResult, comps: list, items: list[Item], run_idx: list[int],
+               scorer: str = "mrbench") -> None:
         by_item = dict(zip(run_idx, comps))
         rows = {r["req_index"]: r for r in res.requests}
+        texts = [c.text if (c := by_item.get(i)) else "" for i in range(len(items))]
+        scores = score_all(texts, [it.answer for it in items], scorer,
+                           [it.question for it in items])
         requests, tokens = [], []
-        for i, it in enumerate(items):
+        for i, (it, s) in enumerate(zip(items, scores)):
             c = by_item.get(i)
-            text = c.text if c else ""
-            s = score(text, it.answer)
             base = rows[run_idx.index(i)] if c else dict(prompt_tokens=None, output_tokens=0)
             requests.append({**base, "req_index": i, "fits_context": c is not None,
                              "correct_strict": s.strict, "correct_flexible": s.flexible,

@@ -1537,3 +1537,38 @@ def check_split(seed: int) -> None:
     if seed in TRAIN_SEEDS:
         raise ValueError(f"seed {seed} is a training seed (TRAIN_SEEDS = 0..{TRAIN_SEEDS[-1]}); "
                          f"evaluate on HELD_OUT_SEEDS instead")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m workloads.gsm8k_problems --write FILE [--seed S] [--limit N]`: write
+    generated problems as GSM8K JSONL (question, answer, plus provenance keys), e.g. for
+    lm-eval's `mrbench_gsm8k_local` task (`--metadata data_file=FILE`)."""
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m workloads.gsm8k_problems",
+                                 description="Write generated GSM8K-format problems as JSONL.")
+    ap.add_argument("--write", required=True, metavar="FILE", help="output JSONL ('-' = stdout)")
+    ap.add_argument("--seed", type=int, default=HELD_OUT_SEEDS[0],
+                    help=f"generator seed; a held-out one (default {HELD_OUT_SEEDS[0]})")
+    ap.add_argument("--limit", type=int, default=64, help="number of problems (default 64)")
+    a = ap.parse_args(argv)
+    if a.limit < 1:
+        ap.error("--limit must be >= 1")
+    try:
+        check_split(a.seed)
+    except ValueError as e:
+        ap.error(f"--seed: {e}")
+    lines = "".join(json.dumps(r) + "\n" for r in to_jsonl_records(generate(a.seed, a.limit)))
+    if a.write == "-":
+        sys.stdout.write(lines)
+    else:
+        with open(a.write, "w", encoding="utf-8") as f:
+            f.write(lines)
+        print(f"wrote {a.limit} problems (seed {a.seed}) to {a.write}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

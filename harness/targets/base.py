@@ -16,6 +16,7 @@ class SideSpec:
 
     runner: str                          # e.g. "v2", "v1"
     device: str = "cpu"
+    target: str = "bundled"              # the engine: "bundled" (runner_impl) or "vllm"
     model: str | None = None             # None = the target's bundled default
     faults: tuple[str, ...] = ()
     seed: int = 0
@@ -136,6 +137,16 @@ class Target(Protocol):
 
     def info(self) -> dict[str, Any]:
         """Runners and faults this target offers (for `mrbench list`)."""
+
+
+class Unsupported(Exception):
+    """A workload this target cannot run on the machine at hand (e.g. PD-disagg on vLLM's
+    CPU build): recorded as "unsupported here" with the reason, not a failure."""
+
+
+def side_label(side: SideSpec, other: SideSpec) -> str:
+    """`v2` when both sides share a target, `vllm:v2` when they do not (cross-engine)."""
+    return side.runner if side.target == other.target else f"{side.target}:{side.runner}"
 
 
 TARGETS: dict[str, Callable[[], Target]] = {}

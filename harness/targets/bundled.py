@@ -168,6 +168,7 @@ class BundledSession:
 @register("bundled")
 class BundledTarget:
     name = "bundled"
+    reopen_in_process = True      # an engine process may host its sessions one after another
 
     def validate(self, side: SideSpec) -> None:
         if side.runner not in RUNNERS:

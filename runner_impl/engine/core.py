@@ -41,7 +41,10 @@ class EngineCore:
         num_blocks = cfg.num_kv_blocks or cfg.max_num_seqs * self.max_blocks_per_req
         self.allocator = BlockAllocator(num_blocks, bs)
         dev, dt = cfg.torch_device, cfg.torch_dtype
-        self.kv_caches = allocate_kv_cache(model.config, num_blocks, bs, dt, dev)
+        # CUDA graphs pad decode batches; the padding rows write into one extra block that
+        # the allocator never hands out.
+        self.kv_caches = allocate_kv_cache(model.config, num_blocks + cfg.use_cuda_graphs, bs,
+                                           dt, dev)
         draft = None
         if draft_model is not None:
             self.draft_kv_caches = allocate_kv_cache(draft_model.config, num_blocks, bs, dt, dev)

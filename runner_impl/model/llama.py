@@ -4,6 +4,11 @@ prefill and decode rows.
 Everything the model needs to know about the batch comes in `AttentionMetadata`, and every
 shape is taken from host ints in it, so `forward` never waits on the device: the runner can
 queue the next step (or capture a CUDA graph) while this one runs.
+
+On CUDA a few fused paths replace the reference ones (the CPU code is untouched): fused
+RMSNorm, RoPE on q and k in three kernels, the KV gather as a row gather, memory-efficient
+SDPA for uniform-decode batches (the CUDA-graph path), and a Triton varlen paged-attention
+kernel (`triton_attention.py`) for prefill and mixed batches in bf16/fp16.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from runner_impl.errors import ModelLoadError
 
@@ -182,6 +188,10 @@ class _Segment:
     block_ids: torch.Tensor  # [rows * nblk] int64
     mask: torch.Tensor  # [rows, 1, G * query_len, nblk * block_size] bool, G = query heads per KV head
     flat_index: torch.Tensor | None  # [tokens] position in the padded [rows * query_len] grid; None if uniform
+    # CUDA only (None on CPU): the gather as rows of the flattened cache (K blocks, then V
+    # blocks), and the mask as an additive bias in the model dtype, built once per step.
+    kv_rows: torch.Tensor | None = None  # [2 * rows * nblk] int64
+    bias: torch.Tensor | None = None  # like mask, 0 / -inf
 
 
 @dataclass
@@ -189,9 +199,12 @@ class _StepPlan:
     """Per-forward tensors shared by every layer, so masks and RoPE are built once per step."""
 
     cos: torch.Tensor  # [T, 1, head_dim], model dtype
-    sin: torch.Tensor
+    sin: torch.Tensor  # on CUDA: sign-folded, so rotate_half(x) * sin == x.roll(D/2) * sin
     slots: torch.Tensor  # [T] int64
     segments: list[_Segment]
+    # CUDA, prefill/mixed batches: (query_start_loc, seq_lens, block_table, max_query_len) for
+    # the Triton varlen kernel, which attends all rows at once (segments stay empty).
+    varlen: tuple | None = None
 
 
 SHORT_QUERY = 8  # rows with at most this many query tokens (decode, spec verify) share a segment
@@ -214,6 +227,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            # One fused kernel instead of eight; the same math, rounded once at the end.
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Normalise in float32 and scale in the model dtype, exactly as HF does.
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -246,17 +262,31 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, plan: _StepPlan, kv_cache: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(num_tokens, H, D)
-        k = k.view(num_tokens, KVH, D)
-        v = v.view(num_tokens, KVH, D)
-        q = q * plan.cos + _rotate_half(q) * plan.sin
-        k = k * plan.cos + _rotate_half(k) * plan.sin
+        qkv = self.qkv_proj(x)
+        if x.is_cuda:
+            # RoPE on q and k together, in three kernels (plan.sin carries rotate_half's sign).
+            qk = qkv[:, :self.q_size + self.kv_size].view(num_tokens, H + KVH, D)
+            qk = torch.addcmul(qk * plan.cos, qk.roll(D // 2, -1), plan.sin)
+            q, k = qk[:, :H], qk[:, H:]
+            v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, KVH, D)
+        else:
+            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            q = q.view(num_tokens, H, D)
+            k = k.view(num_tokens, KVH, D)
+            v = v.view(num_tokens, KVH, D)
+            q = q * plan.cos + _rotate_half(q) * plan.sin
+            k = k * plan.cos + _rotate_half(k) * plan.sin
 
         # 1. This step's K/V go into the paged cache first, so the gather below sees them.
         flat_cache = kv_cache.view(2, -1, KVH, D)
         flat_cache[0].index_copy_(0, plan.slots, k)
         flat_cache[1].index_copy_(0, plan.slots, v)
+
+        if plan.varlen is not None:  # CUDA prefill/mixed: every row in one Triton launch
+            from runner_impl.model import triton_attention
+            qsl, seq_lens, block_table, max_q = plan.varlen
+            return self.o_proj(triton_attention.varlen_paged_attention(
+                q, kv_cache, qsl, seq_lens, block_table, max_q, self.scale))
 
         # 2. Attend per segment (rows are contiguous in the flat batch, so outputs concatenate).
         outs = [self._attend(q[seg.tok0:seg.tok1], seg, kv_cache) for seg in plan.segments]
@@ -266,7 +296,11 @@ class Attention(nn.Module):
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         G, R, Q = H // KVH, seg.num_rows, seg.query_len
         # Each row's context, in order: [2, R, L, KVH, D] -> K, V as [R, KVH, L, D].
-        kv = kv_cache.index_select(1, seg.block_ids).view(2, R, -1, KVH, D)
+        if seg.kv_rows is not None:  # CUDA: a row gather of whole blocks (dim 0, contiguous)
+            kv = kv_cache.view(-1, kv_cache[0, 0].numel()).index_select(0, seg.kv_rows)
+            kv = kv.view(2, R, -1, KVH, D)
+        else:
+            kv = kv_cache.index_select(1, seg.block_ids).view(2, R, -1, KVH, D)
         keys, values = kv[0].transpose(1, 2), kv[1].transpose(1, 2)
 
         # Queries as a [R, Q, H, D] grid.
@@ -278,9 +312,26 @@ class Attention(nn.Module):
         # GQA without copying K/V: the G query heads sharing a KV head become G*Q query rows
         # of that head (head h = kv_head * G + g, as HF's repeat_kv pairs them).
         q_grid = q_grid.view(R, Q, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(R, KVH, G * Q, D)
-        out = F.scaled_dot_product_attention(q_grid, keys, values, attn_mask=seg.mask, scale=self.scale)
+        if seg.bias is not None:
+            # CUDA: memory-efficient attention (math for float64). Not cuDNN's: it builds a
+            # plan per new shape, tens of ms at every new prompt or context length.
+            with sdpa_kernel(_CUDA_SDPA):
+                out = F.scaled_dot_product_attention(q_grid, keys, values, attn_mask=seg.bias,
+                                                     scale=self.scale)
+        else:
+            out = F.scaled_dot_product_attention(q_grid, keys, values, attn_mask=seg.mask, scale=self.scale)
         out = out.view(R, KVH, G, Q, D).permute(0, 3, 1, 2, 4).reshape(R * Q, H * D)
         return out if seg.flat_index is None else out.index_select(0, seg.flat_index)
+
+
+_CUDA_SDPA = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def _triton_varlen_ok(dtype: torch.dtype, head_dim: int, group: int) -> bool:
+    """CUDA prefill/mixed batches take the Triton kernel where it applies (bf16/fp16); the
+    import is deferred so CPU runs never load Triton."""
+    from runner_impl.model import triton_attention
+    return triton_attention.supported(dtype, head_dim, group)
 
 
 class MLP(nn.Module):
@@ -333,12 +384,27 @@ class LlamaForCausalLM(nn.Module):
         freqs = torch.arange(config.max_position_embeddings, dtype=torch.float32)[:, None] * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("rope_cos", emb.cos().to(device), persistent=False)
-        self.register_buffer("rope_sin", emb.sin().to(device), persistent=False)
+        sin = emb.sin()
+        if torch.device(device).type == "cuda":  # rotate_half's sign folded in (see Attention)
+            sin = torch.cat((-sin[:, : D // 2], sin[:, D // 2 :]), dim=-1)
+        self.register_buffer("rope_sin", sin.to(device), persistent=False)
 
     def _plan(self, num_tokens: int, meta: AttentionMetadata, kv_caches: list[torch.Tensor]) -> _StepPlan:
         dtype = self.embed_tokens.weight.dtype
         num_rows = meta.seq_lens.shape[0]
         positions = meta.positions.long()
+        cfg = self.config
+        if meta.uniform_query_len is None and positions.is_cuda and _triton_varlen_ok(
+                dtype, cfg.head_dim, cfg.num_attention_heads // cfg.num_key_value_heads):
+            # Fresh 16-byte-aligned int64 tensors, so the kernel's specialisation never changes.
+            varlen = tuple(t if t.dtype == torch.int64 and t.is_contiguous() and not t.data_ptr() % 16
+                           else t.long().contiguous().clone()
+                           for t in (meta.query_start_loc, meta.seq_lens, meta.block_table))
+            return _StepPlan(
+                cos=self.rope_cos.index_select(0, positions).to(dtype)[:, None],
+                sin=self.rope_sin.index_select(0, positions).to(dtype)[:, None],
+                slots=meta.slot_mapping.long(), segments=[],
+                varlen=(*varlen, int(meta.max_query_len)))
         if meta.uniform_query_len is not None:
             query_len = meta.uniform_query_len
             if num_rows * query_len != num_tokens:
@@ -394,9 +460,16 @@ class LlamaForCausalLM(nn.Module):
         group = cfg.num_attention_heads // cfg.num_key_value_heads
         mask = mask[:, None].expand(num_rows, group, query_len, key_pos.shape[0])
         mask = mask.reshape(num_rows, 1, group * query_len, key_pos.shape[0])
+        block_ids = block_table[:, :num_blocks].long().reshape(-1)
+        kv_rows = bias = None
+        if mask.is_cuda:
+            total_blocks = kv_caches[0].shape[1]
+            kv_rows = torch.cat([block_ids, block_ids + total_blocks])
+            bias = torch.zeros(mask.shape, dtype=self.embed_tokens.weight.dtype, device=device)
+            bias.masked_fill_(~mask, float("-inf"))
         return _Segment(tok0=tok0, tok1=tok1, num_rows=num_rows, query_len=query_len,
-                        block_ids=block_table[:, :num_blocks].long().reshape(-1),
-                        mask=mask, flat_index=flat_index)
+                        block_ids=block_ids, mask=mask, flat_index=flat_index,
+                        kv_rows=kv_rows, bias=bias)
 
     def forward(
         self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_caches: list[torch.Tensor]

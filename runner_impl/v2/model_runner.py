@@ -2,7 +2,8 @@
 
 One step = prepare -> forward -> sample -> postprocess, each under a profiler label
 (`mrbench::<phase>`), then one device-to-host copy of the sampled tokens in `output`,
-outside the measured phases.
+outside the measured phases. On CUDA, uniform-decode forwards replay CUDA graphs captured
+at warmup (`cuda_graph.py`); everything else runs eagerly.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..engine.outputs import ModelRunnerOutput, SchedulerOutput
 from ..model.llama import LlamaForCausalLM
 from ..sampler import sample
 from .block_table import BlockTables
+from .cuda_graph import CudaGraphManager
 from .input_batch import InputBatch, prepare_inputs
 from .rejection_sampler import count_sampled, rejection_sample
 from .sampler import SamplingState
@@ -49,6 +51,10 @@ class ModelRunnerV2:
         # waited for within the same step, so one buffer is enough).
         self._host_buf = (torch.empty(n * (2 + self.k), dtype=torch.int64, pin_memory=True)
                           if dev.type == "cuda" else None)
+        # CUDA graphs for uniform-decode batches; captured by warmup (capture_cudagraphs).
+        self.cudagraphs = (CudaGraphManager(model, kv_caches, n, self.k, max_blocks_per_req,
+                                            cfg.block_size, kv_caches[0].shape[1] - 1, dev)
+                           if cfg.use_cuda_graphs else None)
         self.phase = "serve"                      # "warmup" while warming up
         self.dispatch_log: list[tuple[str, tuple]] = []   # (phase, dispatch key) per step
 
@@ -77,14 +83,24 @@ class ModelRunnerV2:
             with record_function("mrbench::prepare"):
                 self.staging.new_step()
                 self._update_states(sched)
-                if not sched.total_num_scheduled_tokens:
-                    return ModelRunnerOutput([], [], [])
-                batch = prepare_inputs(self.state, self.block_tables, sched, self.k, self.faults)
-                params = self.sampling.batch_params(batch.idx_mapping_np, batch.idx_mapping,
-                                                    batch.samples_token)
+                empty = not sched.total_num_scheduled_tokens
+                if not empty:
+                    batch = prepare_inputs(self.state, self.block_tables, sched, self.k,
+                                           self.faults)
+                    params = self.sampling.batch_params(batch.idx_mapping_np,
+                                                        batch.idx_mapping, batch.samples_token)
+            if empty:
+                if self._host_buf is not None:       # CUDA: outside the measured phases
+                    with record_function("mrbench::output"):
+                        self._wait_uploads()
+                return ModelRunnerOutput([], [], [])
             self.dispatch_log.append((self.phase, batch.dispatch_key))
             with record_function("mrbench::forward"):
-                hidden = self.model(batch.input_ids, batch.meta, self.kv_caches)
+                hidden = None
+                if self.cudagraphs is not None and batch.dispatch_key[0] == "uniform_decode":
+                    hidden = self.cudagraphs.run(batch)       # None: no captured size fits
+                if hidden is None:
+                    hidden = self.model(batch.input_ids, batch.meta, self.kv_caches)
                 R, W = batch.logits_indices.shape
                 logits = self.model.compute_logits(hidden[batch.logits_indices.reshape(-1)])
                 logits = logits.view(R, W, -1)
@@ -109,6 +125,17 @@ class ModelRunnerV2:
                     self.proposer.propose(self.state, batch, params, self.block_tables)
         with record_function("mrbench::output"):
             return self._to_host(batch, sampled, num_sampled)
+
+    def capture_cudagraphs(self) -> None:
+        """Warmup: capture the uniform-decode graphs (no-op without CUDA graphs)."""
+        if self.cudagraphs is not None:
+            self.cudagraphs.capture()
+
+    def _wait_uploads(self) -> None:
+        """A step that scheduled nothing may still have staged uploads in flight (frees,
+        poison writes); wait for them, as a full step's output copy does, before the next
+        step reuses the pinned regions."""
+        torch.cuda.current_stream().synchronize()
 
     def _post_update(self, batch: InputBatch, sampled: torch.Tensor,
                      num_sampled: torch.Tensor) -> None:

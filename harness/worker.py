@@ -1,0 +1,295 @@
+"""Each side's engine in its own process, so a crash or a hang is a recorded failure.
+
+Why: an engine can die in native code (a segfault in a kernel, an OOM kill) or stop making
+progress (a deadlocked scheduler, a collective that never returns). In-process, either takes
+the whole `mrbench run` with it and the other workloads never report. Here the harness talks
+to a child process through a pipe; every call has a deadline. A child that dies is an
+`EngineCrashed` (with its exit code or signal and the tail of its log), a call past its
+deadline kills the child and is an `EngineTimeout`. The driver turns both into a side
+failure (exit 3) and carries on.
+
+The child is started with `spawn` (never fork: torch and vLLM hold threads and device
+handles that a fork would copy half-way). It opens the real session and answers calls; its
+stdout and stderr go to a log file, because engines print (vLLM logs every load) and the
+harness's own output must stay readable. The profiled pass runs inside the child, since
+torch.profiler only sees the process it runs in.
+
+Timestamps cross the boundary as `time.perf_counter()` values: CLOCK_MONOTONIC on Linux, one
+clock for every process on the machine.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput
+from .targets.base import EngineOptions, SideSpec, Unsupported
+
+DEFAULT_CALL_TIMEOUT_S = 900.0       # one call: a wave, a profiled pass, an engine start
+CLOSE_TIMEOUT_S = 30.0
+LOG_TAIL_LINES = 12
+
+_FORWARDED = ("generate", "serve", "dispatch_log", "counters", "fits", "steps", "reset_steps",
+              "audits", "resolved")
+
+
+class _EngineGone(RuntimeError):
+    def __init__(self, message: str, log_tail: str) -> None:
+        last = next((ln.strip() for ln in reversed(log_tail.splitlines()) if ln.strip()), "")
+        super().__init__(f"{type(self).__name__}: {message}" + (f"; log: {last}" if last else ""))
+        self.remote_traceback = log_tail or "(the engine's log is empty)"
+
+
+class EngineCrashed(_EngineGone):
+    """The engine's process died (exit code, signal); the last log line is in the message,
+    the log's tail in `remote_traceback`."""
+
+
+class EngineTimeout(_EngineGone):
+    """A call did not return before its deadline; the engine's process was killed."""
+
+
+class RemoteError(RuntimeError):
+    """An exception raised inside the engine's process, with its type name and traceback."""
+
+    def __init__(self, type_name: str, message: str, tb: str) -> None:
+        one_line = " | ".join(ln.strip() for ln in message.splitlines() if ln.strip())
+        super().__init__(f"{type_name}: {one_line[:600]}")
+        self.type_name, self.remote_traceback = type_name, tb
+
+
+def _log_to(path: str) -> None:
+    """Point this process's stdout and stderr (the fds, so native code's output too) at
+    `path`; each session of a reused process gets its own log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _child(conn) -> None:
+    """The engine's process: open a session, answer its calls until it is closed, then wait
+    for the next one (a target that cannot be reopened in one process says so: its process
+    then exits after one session)."""
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    from .execute import profiled_run
+    from .targets import get_target  # registers every target
+
+    def reply_error(e: BaseException) -> None:
+        status = ("bad_input" if isinstance(e, BadInput) else
+                  "unsupported" if isinstance(e, Unsupported) else "error")
+        conn.send((status, (type(e).__name__, str(e), traceback.format_exc(limit=12))))
+
+    while True:
+        try:
+            name, args = conn.recv()
+        except EOFError:                 # the parent is gone
+            return
+        if name != "open":
+            reply_error(ValueError(f"call {name!r} without an open session"))
+            continue
+        target_name, spec, options, log_path = args
+        _log_to(log_path)
+        target = get_target(target_name)
+        try:
+            session = target.open(spec, options)
+            conn.send(("ok", dict(vocab_size=session.vocab_size, step_label=session.step_label,
+                                  phase_labels=dict(session.phase_labels))))
+        except BaseException as e:       # noqa: BLE001 - everything goes back to the parent
+            traceback.print_exc()
+            reply_error(e)
+            continue
+        while True:
+            try:
+                name, args = conn.recv()
+            except EOFError:
+                return
+            if name == "close":
+                try:
+                    session.close()
+                finally:
+                    conn.send(("ok", None))
+                break
+            try:
+                if name == "profiled_run":
+                    result = profiled_run(session, *args)
+                elif name in _FORWARDED:
+                    result = getattr(session, name)(*args)
+                else:
+                    raise ValueError(f"unknown call {name!r}")
+                conn.send(("ok", result))
+            except BaseException as e:   # noqa: BLE001
+                traceback.print_exc()
+                reply_error(e)
+        del session
+        if not getattr(target, "reopen_in_process", False):
+            return
+
+
+def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+class EngineHost:
+    """One engine process (spawned), reused for the sessions of one side while it is healthy
+    and its target can reopen in a process; `EngineTimeout`/`EngineCrashed` retire it."""
+
+    def __init__(self, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
+        ctx = mp.get_context("spawn")
+        self.timeout_s = timeout_s
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_child, args=(child,), name="mrbench-engine",
+                                daemon=True)
+        self.proc.start()
+        child.close()
+        self.log_path = Path(os.devnull)
+
+    def usable(self) -> bool:
+        return self.proc.is_alive() and not self.conn.closed
+
+    def call(self, name: str, *args: Any) -> Any:
+        if not self.proc.is_alive():
+            raise EngineCrashed(f"engine process is gone ({self._exit_text()}) before {name!r}",
+                                _tail(self.log_path))
+        try:
+            self.conn.send((name, args))
+        except (BrokenPipeError, ConnectionError, OSError):
+            raise EngineCrashed(f"engine process died before {name!r} ({self._exit_text()})",
+                                _tail(self.log_path)) from None
+        if not self.conn.poll(self.timeout_s):
+            self.kill()
+            raise EngineTimeout(f"engine did not answer {name!r} within {self.timeout_s:g} s "
+                                "(hung); its process was killed", _tail(self.log_path))
+        try:
+            status, payload = self.conn.recv()
+        except (EOFError, ConnectionError, OSError):
+            raise EngineCrashed(f"engine process died during {name!r} ({self._exit_text()})",
+                                _tail(self.log_path)) from None
+        if status == "ok":
+            return payload
+        type_name, message, tb = payload
+        if status == "bad_input":
+            raise BadInput(message)
+        if status == "unsupported":
+            raise Unsupported(message)
+        raise RemoteError(type_name, message, tb)
+
+    def _exit_text(self) -> str:
+        self.proc.join(5)
+        code = self.proc.exitcode
+        if code is None:
+            return "still running"
+        if code < 0:
+            return f"killed by signal {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(10)
+        self.conn.close()
+
+    def shutdown(self) -> None:
+        """End the process: EOF on its pipe ends its loop; kill it if it does not."""
+        if not self.conn.closed:
+            self.conn.close()
+        self.proc.join(CLOSE_TIMEOUT_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(10)
+
+
+class RemoteSession:
+    """A `Session` whose engine runs in an `EngineHost` (see the module docstring)."""
+
+    def __init__(self, host: EngineHost, target_name: str, spec: SideSpec,
+                 options: EngineOptions, log_path: Path) -> None:
+        from .targets import get_target
+        self.host, self.log_path = host, Path(log_path)
+        self.reusable = bool(getattr(get_target(target_name), "reopen_in_process", False))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        host.log_path = self.log_path
+        info = host.call("open", target_name, spec, options, str(self.log_path))
+        self.vocab_size = info["vocab_size"]
+        self.step_label = info["step_label"]
+        self.phase_labels = info["phase_labels"]
+        self.auditing = False
+
+    def _call(self, name: str, *args: Any) -> Any:
+        return self.host.call(name, *args)
+
+    # -- the Session interface -----------------------------------------------------------
+    def generate(self, prompts, max_tokens, stop):
+        return self._call("generate", prompts, max_tokens, stop)
+
+    def serve(self, requests):
+        return self._call("serve", requests)
+
+    def dispatch_log(self):
+        return self._call("dispatch_log")
+
+    def counters(self):
+        return self._call("counters")
+
+    def fits(self, prompt, max_tokens):
+        return self._call("fits", prompt, max_tokens)
+
+    def steps(self):
+        return self._call("steps")
+
+    def reset_steps(self):
+        return self._call("reset_steps")
+
+    def audits(self):
+        return self._call("audits")
+
+    def resolved(self):
+        return self._call("resolved")
+
+    def profiled_run(self, prompts: list, batch, device: str):
+        """The profiled pass, run where the engine is (the profiler sees only its process)."""
+        return self._call("profiled_run", prompts, batch, device)
+
+    def close(self) -> None:
+        if not self.host.usable():
+            return
+        try:
+            self.host.call("close")
+        except (EngineCrashed, EngineTimeout, RemoteError):
+            self.host.kill()                 # a host that cannot close cleanly is retired
+            return
+        if not self.reusable:                # its process ends after one session
+            self.host.shutdown()
+
+
+class HostPool:
+    """The engine processes of one run: one per side, reused across workloads while healthy
+    (a spawn costs seconds of imports; a run opens dozens of sessions)."""
+
+    def __init__(self, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self.hosts: dict[str, EngineHost] = {}
+
+    def open(self, key: str, target_name: str, spec: SideSpec, options: EngineOptions,
+             log_path: Path) -> RemoteSession:
+        host = self.hosts.get(key)
+        if host is None or not host.usable():
+            host = self.hosts[key] = EngineHost(self.timeout_s)
+        return RemoteSession(host, target_name, spec, options, log_path)
+
+    def shutdown(self) -> None:
+        for h in self.hosts.values():
+            h.shutdown()
+        self.hosts = {}
