@@ -106,7 +106,9 @@ def _child(conn) -> None:
         except BaseException as e:       # noqa: BLE001 - everything goes back to the parent
             traceback.print_exc()
             reply_error(e)
-            continue
+            if getattr(target, "reopen_in_process", False):
+                continue
+            return                       # a half-started engine may have left global state
         while True:
             try:
                 name, args = conn.recv()
@@ -287,7 +289,13 @@ class HostPool:
         host = self.hosts.get(key)
         if host is None or not host.usable():
             host = self.hosts[key] = EngineHost(self.timeout_s)
-        return RemoteSession(host, target_name, spec, options, log_path)
+        try:
+            return RemoteSession(host, target_name, spec, options, log_path)
+        except BaseException:
+            from .targets import get_target
+            if not getattr(get_target(target_name), "reopen_in_process", False):
+                host.shutdown()          # its process ends after a failed open: next one is new
+            raise
 
     def shutdown(self) -> None:
         for h in self.hosts.values():

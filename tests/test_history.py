@@ -24,7 +24,9 @@ def hist(tmp_path_factory):
     for i in range(1, N_RUNS + 1):
         fault = ["--fault", "seq-lens-sync"] if i >= FAULT_FROM else []
         out = root / f"run-{i}"
-        assert main(["run", str(root / "tiny.yaml"), "--out", str(out), *fault]) in (0, 1)
+        # in-process: this tests the history, not engine isolation (saves a spawn per side)
+        assert main(["run", str(root / "tiny.yaml"), "--out", str(out), "--in-process",
+                     *fault]) in (0, 1)
         runs.append(out)
     db = root / "h.sqlite"
     assert main(["history", "add", *map(str, runs), "--db", str(db)]) == 0

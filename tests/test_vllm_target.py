@@ -87,14 +87,15 @@ def test_cross_engine_smoke_vllm_v1_matches_the_bundled_runner(tmp_path, capsys)
 
 IMPOSSIBLE = """name: impossible
 workloads:
-  - id: ok
-    workload: gsm8k
-    params: {limit: 2, max_num_seqs: 2, profile_limit: 1, max_tokens: 24, state_audit: false}
   - id: impossible
     workload: gsm8k
     # vLLM refuses a step budget below its slot count; mrbench and the bundled runner take it
     params: {limit: 2, max_num_seqs: 64, max_num_batched_tokens: 16, profile_limit: 1,
              max_tokens: 24, state_audit: false}
+  - id: ok
+    workload: gsm8k
+    # after the failed engine: a fresh engine process, so nothing half-started carries over
+    params: {limit: 2, max_num_seqs: 2, profile_limit: 1, max_tokens: 24, state_audit: false}
   - id: pd
     workload: gsm8k
     params: {mode: pd, limit: 2, max_num_seqs: 2, profile_limit: 0, max_tokens: 8,
