@@ -23,6 +23,7 @@ DEFAULT_DB = Path("results") / "history.sqlite"
 CHECK_METRICS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_strict",
                  "token_agreement", "mean_acceptance_length", "state_audit_violations",
                  "unwarmed_dispatch")
+JUDGED = "judged:"      # prefix: 1 if the run's own check judged that P99, 0 if `info`
 GROUP_KEYS = ("target", "suite", "device", "model", "baseline", "candidate")
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -80,6 +81,9 @@ def run_record(run_dir: Path) -> tuple[dict, list[tuple[str, str, str, float]]]:
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     values[(wl, side, k)] = float(v)
     for c in summary["checks"]:
+        if c["metric"].startswith("p99_"):     # did the run itself judge this P99?
+            values[(c["workload"], "candidate", f"{JUDGED}{c['metric']}")] = \
+                float(c["verdict"] in ("pass", "regression"))
         if c["metric"] in CHECK_METRICS:
             for side in ("baseline", "candidate"):
                 if isinstance(c.get(side), (int, float)):

@@ -55,6 +55,13 @@ def analyse(db: Path, latency_min_rel: float = 0.20, alpha: float = 0.05,
         for (wl, side, metric), points in sorted(by_metric.items()):
             if side != "candidate" or metric not in TRENDED:
                 continue
+            judged = by_metric.get((wl, "candidate", f"{history.JUDGED}{metric}"))
+            if judged and not all(v for _, v in judged):
+                # a P99 the run could not judge (too few independent samples for its CI, or
+                # two different engines) is plotted, never trended: a P99 of a handful of
+                # requests is their maximum, and its steps are noise
+                g["series"].append(dict(workload=wl, metric=metric, points=points, changes=[]))
+                continue
             if metric not in COUNTS and not absolute_latency:
                 base = by_metric.get((wl, "baseline", metric))
                 if base:
