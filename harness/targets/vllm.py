@@ -124,7 +124,6 @@ class VllmSession:
         self.max_model_len = max_model_len
         self.auditing = False
         self._steps: list[Step] = []
-        self._dispatch: list[tuple[str, str]] = []
         self._next_id = 0
         self._last_sched = None
         self._hook_scheduler()
@@ -209,7 +208,6 @@ class VllmSession:
             self._steps.append(Step("colocated", len(self._steps), t0, t1,
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
                                     kind))
-            self._dispatch.append(("serve", kind))
         for o in outs:
             n = len(o.outputs[0].token_ids)
             times = self._token_times.setdefault(o.request_id, [])
