@@ -10,6 +10,8 @@ Results and the command used for docs/performance.md are recorded there.
 Systems, each on the same prompts (random token ids, greedy, every request generates
 exactly --max-tokens tokens):
   v2        runner_impl V2, uniform-decode batches replayed from CUDA graphs
+  v2-async  the same with async scheduling: step n+1 is scheduled and queued while the
+            device runs step n (vLLM's default; the host's work hides behind the device's)
   v2-eager  runner_impl V2 with enforce_eager (same code, no graphs)
   v1        runner_impl V1 (the eager reference runner)
   hf        transformers `generate`, static KV cache, auto-compile off (eager)
@@ -38,6 +40,7 @@ Without CUDA it prints why and exits 0 (nothing to measure).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -98,11 +101,13 @@ def num_params(model_dir: Path) -> int:
 # ---- runner_impl ----------------------------------------------------------------------
 class RunnerSystem:
     def __init__(self, model_dir: Path, runner: str, eager: bool, max_batch: int,
-                 max_model_len: int, max_tokens_per_step: int) -> None:
+                 max_model_len: int, max_tokens_per_step: int,
+                 async_scheduling: bool = False) -> None:
         t0 = time.perf_counter()
         self.llm = LLM(model_dir, runner=runner, device="cuda", dtype="bfloat16",
                        max_num_seqs=max_batch, max_num_batched_tokens=max_tokens_per_step,
-                       max_model_len=max_model_len, enforce_eager=eager)
+                       max_model_len=max_model_len, enforce_eager=eager,
+                       async_scheduling=async_scheduling)
         self.startup_s = time.perf_counter() - t0
 
     def run(self, prompts: list[list[int]], n: int) -> dict:
@@ -197,6 +202,8 @@ def bench_model(name: str, model_dir: Path, a: argparse.Namespace, log) -> dict:
     for sysname in a.systems:
         if sysname == "v2":
             s = RunnerSystem(model_dir, "v2", False, max_b, max_len, max_b * P)
+        elif sysname == "v2-async":
+            s = RunnerSystem(model_dir, "v2", False, max_b, max_len, max_b * P, True)
         elif sysname == "v2-eager":
             s = RunnerSystem(model_dir, "v2", True, max_b, max_len, max_b * P)
         elif sysname == "v1":
@@ -209,6 +216,11 @@ def bench_model(name: str, model_dir: Path, a: argparse.Namespace, log) -> dict:
         startup[sysname] = s.startup_s
         log(f"[{name}] {sysname} ready in {s.startup_s:.1f}s")
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    # As vLLM's engine does after start-up: what is alive now (models, graphs, compiled
+    # code) leaves the cyclic collector's reach, so a full collection during a run does not
+    # walk it (a pause of milliseconds in some step). The same for every system.
+    gc.collect()
+    gc.freeze()
     rows = []
     for B in a.batches:
         rng = random.Random(B)
@@ -237,6 +249,8 @@ def bench_model(name: str, model_dir: Path, a: argparse.Namespace, log) -> dict:
         extra["hf_attn_implementation"] = systems["hf"].attn
     for s in list(systems):
         del systems[s]
+    gc.unfreeze()
+    gc.collect()
     torch.cuda.empty_cache()
     return dict(rows=rows, startup_s=startup, **extra)
 
@@ -359,7 +373,7 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--systems", nargs="+", default=["v2", "v2-eager", "v1", "hf"])
+    ap.add_argument("--systems", nargs="+", default=["v2", "v2-async", "v2-eager", "v1", "hf"])
     ap.add_argument("--hf-compile", action="store_true", help="add transformers auto-compile")
     ap.add_argument("--no-probes", action="store_true")
     ap.add_argument("--spike-prompt-lens", nargs="+", type=int, default=[3, 48])

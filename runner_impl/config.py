@@ -37,6 +37,8 @@ class EngineConfig:
     warmup: bool = True
     debug_poison_freed_slots: bool = False  # V2: freed slots get a poison token (state audit)
     enforce_eager: bool = False           # V2 on CUDA: no CUDA graphs (vLLM's enforce_eager)
+    async_scheduling: bool = False        # V2: schedule step n+1 while step n runs (vLLM's
+                                          # --async-scheduling); k = 0, colocated only
 
     def __post_init__(self) -> None:
         if not isinstance(self.faults, FaultSet):
@@ -67,6 +69,10 @@ class EngineConfig:
         if (self.num_speculative_tokens > 0 and self.speculative_method == "draft"
                 and self.draft_model is None):
             raise RunnerError("speculative_method 'draft' needs draft_model=<HF directory>")
+        if self.async_scheduling and (self.runner != "v2" or self.num_speculative_tokens
+                                      or self.pd_disagg):
+            raise RunnerError("async_scheduling needs runner 'v2', num_speculative_tokens=0 "
+                              "and no pd_disagg")
         if self.model is not None and not Path(self.model).exists():
             raise RunnerError(f"model path does not exist: {self.model}")
 

@@ -171,7 +171,7 @@ class LLM:
         return req_id
 
     def has_unfinished(self) -> bool:
-        return any(c.scheduler.has_unfinished() for c in self.cores)
+        return any(c.scheduler.has_unfinished() or c.has_in_flight for c in self.cores)
 
     def step(self) -> list[RequestOutput]:
         """One step of every instance; returns the requests that finished."""

@@ -80,14 +80,17 @@ def test_cuda_graph_padding_leaves_kv_alone(tiny_model_dir):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("uniform", [0, 1, 3])
 @pytest.mark.parametrize("H,KVH,D,bs", [(8, 2, 64, 16), (32, 8, 64, 16), (4, 2, 16, 8)])
-def test_cuda_triton_varlen_attention_matches_reference(H, KVH, D, bs):
-    """The prefill/mixed-batch kernel against a float32 reference: rows of any query length
-    (decode rows, chunks with context, long prompts), scattered blocks, GQA."""
+def test_cuda_triton_varlen_attention_matches_reference(H, KVH, D, bs, uniform):
+    """The kernel against a float32 reference, scattered blocks, GQA. uniform = 0: a mixed
+    batch (decode rows, chunks with context, long prompts) through the prefill variant;
+    1 or 3: a uniform-decode batch (k = 0 or 2) through the decode variant."""
     from runner_impl.model.triton_attention import varlen_paged_attention
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
-    qlens, ctxs = [1, 5, 37, 1, 70, 2], [0, 10, 3, 100, 0, 61]
+    ctxs = [0, 10, 3, 100, 0, 61]
+    qlens = [uniform] * 6 if uniform else [1, 5, 37, 1, 70, 2]
     seq = [c + q for c, q in zip(ctxs, qlens)]
     maxb = max(-(-s // bs) for s in seq) + 1
     nb = len(seq) * maxb + 3
@@ -97,7 +100,7 @@ def test_cuda_triton_varlen_attention_matches_reference(H, KVH, D, bs):
     q = torch.randn(T, H, D, device=dev, dtype=dt)
     qsl = torch.tensor([0] + list(np.cumsum(qlens)), device=dev)
     out = varlen_paged_attention(q, cache, qsl, torch.tensor(seq, device=dev), table,
-                                 max(qlens), D ** -0.5).view(T, H, D).float()
+                                 max(qlens), D ** -0.5, bool(uniform)).view(T, H, D).float()
     ref = []
     for r, (c, n) in enumerate(zip(ctxs, qlens)):
         pos = torch.arange(c + n, device=dev)
@@ -170,24 +173,105 @@ def test_cuda_seq_lens_sync_fault_syncs_every_step(tiny_model_dir):
     assert min(r["cudaStreamSynchronize"] for r in rows) >= 1
 
 
-def spike_probe(faults: str, prompt_len: int) -> dict:
-    """Runs in a fresh process: CUDA kernel loading and allocator growth are per process, so
-    an earlier test in this one would already have paid for them."""
+def spike_probe(faults: str, prompt_len: int, triton_cache: Path) -> dict:
+    """Runs in a fresh process with an empty Triton cache, as a fresh deployment does: CUDA
+    kernel loading, Triton's compilation and allocator growth are per process (or per
+    cache), so an earlier test or probe would already have paid for them."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--probe-json", "spike",
            str(DEFAULT_MODEL_DIR), faults, str(prompt_len)]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT),
+                            "TRITON_CACHE_DIR": str(triton_cache)})
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def test_cuda_warmup_short_prefill_first_prefill_spike():
+def test_cuda_warmup_short_prefill_first_prefill_spike(tmp_path):
     """k = 1: the faulty warmup's 2-token 'prefill' is a uniform-decode batch (a graph
-    replay), so the prefill path's Triton kernel is first launched, and built, by serving's
-    first prefill. Measured as first prefill / median of the later ones, each in its own
-    process; on an H100 about 2x clean and 80x (warm Triton cache) to 220x (empty) faulty."""
-    clean = spike_probe("", 48)
-    fault = spike_probe("warmup-short-prefill", 48)
+    replay), so the prefill variant of the Triton attention kernel (the decode graphs use
+    the other one) is first launched, and compiled, by serving's first prefill. Measured as
+    first prefill / median of the later ones, each in its own process with an empty Triton
+    cache."""
+    clean = spike_probe("", 48, tmp_path / "clean")
+    fault = spike_probe("warmup-short-prefill", 48, tmp_path / "fault")
     assert "mixed" in clean["warmup_kinds"] and "mixed" not in fault["warmup_kinds"]
     assert fault["ratio"] >= 5.0, fault
     assert fault["ratio"] >= 3 * clean["ratio"], (clean, fault)
+
+
+def test_cuda_async_scheduling_tokens_equal_sync(tiny_model_dir):
+    """Async scheduling on a real stream: two pinned staging sets and output buffers, the
+    next step's inputs from the device truth the previous one updates; float64, so the
+    tokens must equal the synchronous engine's exactly. Graphs replay in both."""
+    prompts = make_prompts(24, seed=7)
+    sp = SamplingParams(temperature=0.0, max_tokens=20)
+    outs = {}
+    for use_async in (False, True):
+        llm = LLM(tiny_model_dir, device="cuda", async_scheduling=use_async, **RUNNER_KW)
+        outs[use_async] = [o.token_ids for o in llm.generate(prompts, sp)]
+        assert llm.cores[0].runner.cudagraphs.num_replays > 0
+        assert llm.cores[0].runner.step_graphs.num_replays > 0
+    assert outs[True] == outs[False]
+
+
+def test_cuda_step_graphs_equal_eager_glue(tiny_model_dir):
+    """prepare's device half and post_update replayed from graphs (k = 0) against the same
+    engine with them off: identical tokens and identical device state after serving."""
+    prompts = make_prompts(24, seed=8)
+    sp = SamplingParams(temperature=0.0, max_tokens=20)
+    res = {}
+    for graphs in (True, False):
+        llm = LLM(tiny_model_dir, device="cuda", **RUNNER_KW)
+        runner = llm.cores[0].runner
+        if not graphs:
+            runner.step_graphs = None
+        toks = [o.token_ids for o in llm.generate(prompts, sp)]
+        st = runner.state
+        res[graphs] = (toks, st.all_token_ids.clone(), st.total_len.clone(),
+                       st.num_computed_tokens.clone(), st.last_sampled_tokens.clone())
+        if graphs:
+            assert runner.step_graphs.num_replays > 0
+    assert res[True][0] == res[False][0]
+    for a, b in zip(res[True][1:], res[False][1:]):
+        assert torch.equal(a, b)
+
+
+def test_cuda_fused_kernels_match_the_pytorch_ops():
+    """triton_fused against the PyTorch ops they replace (the float32/float64 CUDA path's
+    ops, in bf16): RoPE and the cache writes bit for bit, add + RMSNorm and SiLU * up
+    within one bf16 rounding."""
+    import torch.nn.functional as F
+
+    from runner_impl.model import triton_fused
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    T, H, KVH, D, nblk, bs = 37, 32, 8, 64, 20, 16
+    qkv = torch.randn(T, (H + 2 * KVH) * D, device=dev, dtype=dt)
+    pos = torch.randint(0, 300, (T,), device=dev)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2, device=dev).float() / D))
+    emb = torch.cat([pos[:, None] * inv] * 2, -1)
+    cos = emb.cos().to(dt)[:, None]
+    sin = torch.cat([-emb.sin()[:, :D // 2], emb.sin()[:, D // 2:]], -1).to(dt)[:, None]
+    slots = torch.randperm(nblk * bs, device=dev)[:T]
+    cache = torch.zeros(2, nblk, bs, KVH, D, device=dev, dtype=dt)
+    q = triton_fused.rope_and_cache(qkv, cos, sin, slots, cache, H, KVH, D)
+    qk = qkv[:, :(H + KVH) * D].view(T, H + KVH, D)
+    ref = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)
+    assert torch.equal(q, ref[:, :H])
+    flat = cache.view(2, -1, KVH, D)
+    assert torch.equal(flat[0][slots], ref[:, H:])
+    assert torch.equal(flat[1][slots], qkv[:, (H + KVH) * D:].view(T, KVH, D))
+    assert int((flat.abs().sum((-1, -2)) > 0).sum()) == 2 * T      # nothing else written
+
+    x, res = (torch.randn(T, 2048, device=dev, dtype=dt) for _ in range(2))
+    w = torch.randn(2048, device=dev, dtype=dt)
+    out, res_out = triton_fused.add_rms_norm(x, res, w, 1e-5)
+    assert torch.equal(res_out, res + x)
+    torch.testing.assert_close(out, F.rms_norm(res + x, (2048,), w, 1e-5), rtol=1.6e-2, atol=1e-2)
+    out0, same = triton_fused.add_rms_norm(x, None, w, 1e-5)
+    assert same is x
+    torch.testing.assert_close(out0, F.rms_norm(x, (2048,), w, 1e-5), rtol=1.6e-2, atol=1e-2)
+
+    gu = torch.randn(T, 2 * 3000, device=dev, dtype=dt)
+    torch.testing.assert_close(triton_fused.silu_and_mul(gu),
+                               F.silu(gu[:, :3000]) * gu[:, 3000:], rtol=1.6e-2, atol=1e-2)

@@ -59,17 +59,45 @@ class EngineCore:
             max_model_len=max_model_len, allocator=self.allocator, num_lookahead_tokens=k,
             stop_checker=stop_checker, on_admit=on_admit)
         self.step_records: list[StepRecord] = []
+        # Async scheduling: the step queued on the device whose output is not yet read
+        # (schedule time, its SchedulerOutput, its AsyncOutput).
+        self._in_flight: tuple | None = None
         self.step_callbacks: list[Callable[["EngineCore", SchedulerOutput, ModelRunnerOutput], None]] = []
 
     def warmup(self) -> None:
         from ..warmup import run_warmup
         run_warmup(self)
 
+    @property
+    def has_in_flight(self) -> bool:
+        return self._in_flight is not None
+
     def step(self) -> list[Request]:
-        """One scheduler step; returns the requests that finished in it."""
+        """One scheduler step; returns the requests that finished in it (with async
+        scheduling: in the step before it, whose output this one waits for)."""
+        if self.cfg.async_scheduling:
+            return self._step_async()
         t0 = time.perf_counter()
         sched = self.scheduler.schedule(now=t0)
         out = self.runner.execute_model(sched)
+        return self._complete(t0, sched, out)
+
+    def _step_async(self) -> list[Request]:
+        """Schedule and queue step n+1, then wait for step n and process its output, so
+        the host's scheduling and input preparation overlap the device's step n."""
+        t0 = time.perf_counter()
+        sched = self.scheduler.schedule(now=t0)
+        queued = (t0, sched, self.runner.execute_model_async(sched))
+        prev, self._in_flight = self._in_flight, queued
+        finished = []
+        if prev is not None:
+            finished = self._complete(prev[0], prev[1], prev[2].get())
+        if not sched.total_num_scheduled_tokens:     # nothing to overlap: finish it now
+            self._in_flight = None
+            finished += self._complete(t0, sched, queued[2].get())
+        return finished
+
+    def _complete(self, t0: float, sched: SchedulerOutput, out: ModelRunnerOutput) -> list[Request]:
         t1 = time.perf_counter()
         finished = self.scheduler.update_from_output(sched, out, t1)
         self.step_records.append(StepRecord(

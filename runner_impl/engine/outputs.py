@@ -36,6 +36,7 @@ class SchedulerOutput:
     scheduled_spec_decode_tokens: dict[str, list[int]]  # req_id -> drafts (-1 = on-device)
     finished_req_ids: set[str]                         # finished since the last step
     preempted_req_ids: set[str] = field(default_factory=set)
+    samples_req_ids: set[str] = field(default_factory=set)  # rows that sample a token (not a partial prefill chunk)
 
     @property
     def req_ids(self) -> list[str]:

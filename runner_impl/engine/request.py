@@ -15,7 +15,7 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
+        return self is RequestStatus.FINISHED_STOPPED or self is RequestStatus.FINISHED_LENGTH
 
 
 @dataclass
@@ -28,6 +28,10 @@ class Request:
     arrival_time: float = 0.0
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0           # tokens whose KV is in this instance's cache
+    # Async scheduling: scheduled in steps whose output has not come back yet. Both are 0
+    # whenever the scheduler is called with no step in flight (synchronous engines).
+    num_inflight_tokens: int = 0           # query tokens of those steps
+    num_output_placeholders: int = 0       # tokens those steps will sample (not known yet)
     prefill_len: int = 0                   # set when (re)admitted to the runner
     spec_token_ids: list[int] = field(default_factory=list)  # drafts for the next step
     block_ids: list[int] = field(default_factory=list)

@@ -2,6 +2,12 @@
 
 It owns the truth about every request's progress (`num_computed_tokens`) and tells the
 runner each step, as vLLM's scheduler does; a runner's own copies must agree with it.
+
+With async scheduling the next step is scheduled while one is still in flight (vLLM's
+AsyncScheduler): a request's in-flight query tokens count as computed and each token the
+step will sample is a placeholder, so a decode row is scheduled again at once, and never
+past max_tokens. A request that stops on a token (EOS, stop string) has been scheduled
+once more by then; that extra step's output is dropped.
 """
 from __future__ import annotations
 
@@ -43,14 +49,19 @@ class Scheduler:
     # ---- scheduling ------------------------------------------------------------------
     def _max_drafts(self, req: Request) -> int:
         """Drafts worth verifying: not past max_tokens, not past max_model_len."""
+        if not req.spec_token_ids:
+            return 0
         left_out = req.sampling_params.max_tokens - len(req.output_token_ids) - 1
         left_len = self.max_model_len - req.num_tokens - 1
         return max(0, min(len(req.spec_token_ids), left_out, left_len))
 
     def _ensure_blocks(self, req: Request, num_new: int) -> bool:
-        need_tokens = min(req.num_computed_tokens + num_new + self.lookahead,
+        need_tokens = min(req.num_computed_tokens + req.num_inflight_tokens + num_new
+                          + self.lookahead,
                           self.max_model_len + self.lookahead)
         n = self.allocator.blocks_needed(len(req.block_ids), need_tokens)
+        if not n:
+            return True
         got = self.allocator.allocate(n)
         if got is None:
             return False
@@ -63,6 +74,7 @@ class Scheduler:
         self.allocator.release(req.block_ids)
         req.block_ids = []
         req.num_computed_tokens = 0
+        req.num_inflight_tokens = req.num_output_placeholders = 0   # see update_from_output
         req.kv_payload = None                    # recomputed from its tokens instead
         req.spec_token_ids = []
         req.status = RequestStatus.WAITING
@@ -79,13 +91,22 @@ class Scheduler:
 
         # 1. Running requests first (decodes and unfinished prefill chunks), in order.
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n_drafts = self._max_drafts(req)
-            num_new = min(req.num_tokens - req.num_computed_tokens + n_drafts, budget)
-            n_drafts = max(0, min(n_drafts, num_new - (req.num_tokens - req.num_computed_tokens)))
-            block_count_before.setdefault(req.req_id, len(req.block_ids))
-            while not self._ensure_blocks(req, num_new):
+        running, block_size = self.running, self.allocator.block_size
+        while i < len(running) and budget > 0:
+            req = running[i]
+            if req.num_output_placeholders and self._reaches_limit(req):
+                i += 1                           # async: its last token is already coming
+                continue
+            n_drafts = self._max_drafts(req) if req.spec_token_ids else 0
+            computed = req.num_computed_tokens + req.num_inflight_tokens
+            pending = req.num_tokens + req.num_output_placeholders - computed
+            num_new = min(pending + n_drafts, budget)
+            n_drafts = max(0, min(n_drafts, num_new - pending))
+            have = len(req.block_ids)
+            block_count_before.setdefault(req.req_id, have)
+            # Most steps need no new block (_ensure_blocks would allocate none).
+            while (computed + num_new + self.lookahead > have * block_size
+                   and not self._ensure_blocks(req, num_new)):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted.add(victim.req_id)
@@ -100,6 +121,8 @@ class Scheduler:
                 spec[req.req_id] = req.spec_token_ids[:n_drafts]
             budget -= num_new
             i += 1
+        samples = {rid for rid, n in num_sched.items()   # running rows; new ones below
+                   if self._mark_inflight(self.requests[rid], n)}
 
         # 2. Then waiting requests, unless this step already had to preempt.
         new_reqs: list[Request] = []
@@ -121,6 +144,8 @@ class Scheduler:
             self.running.append(req)
             new_reqs.append(req)
             num_sched[req.req_id] = num_new
+            if self._mark_inflight(req, num_new):
+                samples.add(req.req_id)
             budget -= num_new
 
         new_data = [NewRequestData(
@@ -133,15 +158,33 @@ class Scheduler:
         for req in self.running:
             if req.req_id in num_sched and req.req_id not in new_ids:
                 cached.req_ids.append(req.req_id)
-                cached.num_computed_tokens.append(req.num_computed_tokens)
+                # Computed before this step's tokens: earlier in-flight steps included.
+                cached.num_computed_tokens.append(req.num_computed_tokens + req.num_inflight_tokens
+                                                  - num_sched[req.req_id])
                 cached.new_block_ids.append(req.block_ids[block_count_before[req.req_id]:])
         out = SchedulerOutput(
             scheduled_new_reqs=new_data, scheduled_cached_reqs=cached,
             num_scheduled_tokens=num_sched, total_num_scheduled_tokens=sum(num_sched.values()),
             scheduled_spec_decode_tokens=spec,
-            finished_req_ids=self._finished_since_last, preempted_req_ids=preempted)
+            finished_req_ids=self._finished_since_last, preempted_req_ids=preempted,
+            samples_req_ids=samples)
         self._finished_since_last = set()
         return out
+
+    def _reaches_limit(self, req: Request) -> bool:
+        """Will the tokens already coming end the request by length?"""
+        n = req.num_output_placeholders
+        return (len(req.output_token_ids) + n >= req.sampling_params.max_tokens
+                or req.num_tokens + n >= self.max_model_len)
+
+    def _mark_inflight(self, req: Request, num_new: int) -> bool:
+        """Count a scheduled chunk as in flight; True if it samples the next token."""
+        req.num_inflight_tokens += num_new
+        if (req.num_computed_tokens + req.num_inflight_tokens
+                < req.num_tokens + req.num_output_placeholders):
+            return False                         # a prefill chunk short of the prompt's end
+        req.num_output_placeholders += 1
+        return True
 
     # ---- results -----------------------------------------------------------------------
     def update_from_output(self, sched: SchedulerOutput, out: ModelRunnerOutput,
@@ -150,10 +193,18 @@ class Scheduler:
         finished: list[Request] = []
         for req_id, sampled, drafts in zip(out.req_ids, out.sampled_token_ids,
                                            out.draft_token_ids):
-            req = self.requests[req_id]
+            req = self.requests.get(req_id)
+            if req is None or req.status.finished:
+                continue        # async: stopped (or aborted) while this step ran; dropped
+            # Async: preempted while this step ran. Its KV is gone and it will recompute
+            # from its tokens, so only the sampled tokens (valid) are kept.
+            requeued = req.status == RequestStatus.WAITING
             scheduled_drafts = sched.scheduled_spec_decode_tokens.get(req_id, [])
             num_rejected = len(scheduled_drafts) - (len(sampled) - 1) if sampled else 0
-            req.num_computed_tokens += sched.num_scheduled_tokens[req_id] - num_rejected
+            if not requeued:
+                req.num_inflight_tokens -= sched.num_scheduled_tokens[req_id]
+                req.num_output_placeholders -= req_id in sched.samples_req_ids
+                req.num_computed_tokens += sched.num_scheduled_tokens[req_id] - num_rejected
             if scheduled_drafts:
                 req.num_drafts += 1
                 req.num_draft_tokens += len(scheduled_drafts)
@@ -170,7 +221,11 @@ class Scheduler:
                     break
             if req.status.finished:
                 finished.append(req)
-                self._free(req)
+                if requeued:
+                    self.waiting.remove(req)
+                    self._finished_since_last.add(req.req_id)
+                else:
+                    self._free(req)
         return finished
 
     def _check_stop(self, req: Request, tok: int) -> bool:
@@ -179,8 +234,8 @@ class Scheduler:
             req.status, req.stop_reason = RequestStatus.FINISHED_STOPPED, tok
         elif len(req.output_token_ids) >= sp.max_tokens or req.num_tokens >= self.max_model_len:
             req.status = RequestStatus.FINISHED_LENGTH
-        if not req.status.finished and self.stop_checker is not None:
-            self.stop_checker(req)   # stop strings: the engine detokenizes
+        if not req.status.finished and self.stop_checker is not None and sp.stop:
+            self.stop_checker(req)   # stop strings (requests that have any): the engine detokenizes
         return req.status.finished
 
     def _free(self, req: Request) -> None:

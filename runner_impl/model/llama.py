@@ -5,10 +5,12 @@ Everything the model needs to know about the batch comes in `AttentionMetadata`,
 shape is taken from host ints in it, so `forward` never waits on the device: the runner can
 queue the next step (or capture a CUDA graph) while this one runs.
 
-On CUDA a few fused paths replace the reference ones (the CPU code is untouched): fused
-RMSNorm, RoPE on q and k in three kernels, the KV gather as a row gather, memory-efficient
-SDPA for uniform-decode batches (the CUDA-graph path), and a Triton varlen paged-attention
-kernel (`triton_attention.py`) for prefill and mixed batches in bf16/fp16.
+On CUDA a few fused paths replace the reference ones (the CPU code is untouched). In
+bf16/fp16: a Triton varlen paged-attention kernel (`triton_attention.py`) for every batch,
+CUDA-graph decode included, and Triton kernels (`triton_fused.py`) for RoPE with the cache
+writes, the residual add with the RMSNorm after it, and SiLU with its product. float32/
+float64 on CUDA keep PyTorch ops: fused RMSNorm, RoPE in three kernels, the KV gather as a
+row gather and memory-efficient SDPA.
 """
 
 from __future__ import annotations
@@ -202,8 +204,8 @@ class _StepPlan:
     sin: torch.Tensor  # on CUDA: sign-folded, so rotate_half(x) * sin == x.roll(D/2) * sin
     slots: torch.Tensor  # [T] int64
     segments: list[_Segment]
-    # CUDA, prefill/mixed batches: (query_start_loc, seq_lens, block_table, max_query_len) for
-    # the Triton varlen kernel, which attends all rows at once (segments stay empty).
+    # CUDA, bf16/fp16: (query_start_loc, seq_lens, block_table, max_query_len, uniform_decode)
+    # for the Triton varlen kernel, which attends all rows at once (segments stay empty).
     varlen: tuple | None = None
 
 
@@ -263,6 +265,13 @@ class Attention(nn.Module):
         num_tokens = x.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x)
+        if plan.varlen is not None:  # CUDA bf16/fp16: RoPE + cache writes, then attention
+            from runner_impl.model import triton_attention, triton_fused
+            q = triton_fused.rope_and_cache(qkv, plan.cos, plan.sin, plan.slots, kv_cache,
+                                            H, KVH, D)
+            qsl, seq_lens, block_table, max_q, uniform = plan.varlen
+            return self.o_proj(triton_attention.varlen_paged_attention(
+                q, kv_cache, qsl, seq_lens, block_table, max_q, self.scale, uniform))
         if x.is_cuda:
             # RoPE on q and k together, in three kernels (plan.sin carries rotate_half's sign).
             qk = qkv[:, :self.q_size + self.kv_size].view(num_tokens, H + KVH, D)
@@ -281,12 +290,6 @@ class Attention(nn.Module):
         flat_cache = kv_cache.view(2, -1, KVH, D)
         flat_cache[0].index_copy_(0, plan.slots, k)
         flat_cache[1].index_copy_(0, plan.slots, v)
-
-        if plan.varlen is not None:  # CUDA prefill/mixed: every row in one Triton launch
-            from runner_impl.model import triton_attention
-            qsl, seq_lens, block_table, max_q = plan.varlen
-            return self.o_proj(triton_attention.varlen_paged_attention(
-                q, kv_cache, qsl, seq_lens, block_table, max_q, self.scale))
 
         # 2. Attend per segment (rows are contiguous in the flat batch, so outputs concatenate).
         outs = [self._attend(q[seg.tok0:seg.tok1], seg, kv_cache) for seg in plan.segments]
@@ -341,7 +344,10 @@ class MLP(nn.Module):
         self.gate_up_proj = _linear(config.hidden_size, 2 * config.intermediate_size, dtype, device)
         self.down_proj = _linear(config.intermediate_size, config.hidden_size, dtype, device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
+        if fused:  # CUDA bf16/fp16: SiLU and the product in one kernel
+            from runner_impl.model import triton_fused
+            return self.down_proj(triton_fused.silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -394,8 +400,11 @@ class LlamaForCausalLM(nn.Module):
         num_rows = meta.seq_lens.shape[0]
         positions = meta.positions.long()
         cfg = self.config
-        if meta.uniform_query_len is None and positions.is_cuda and _triton_varlen_ok(
+        if positions.is_cuda and _triton_varlen_ok(
                 dtype, cfg.head_dim, cfg.num_attention_heads // cfg.num_key_value_heads):
+            # Every bf16/fp16 batch on CUDA, uniform decode (and its CUDA graphs) included:
+            # the kernel reads the paged cache in place and bounds each row by its device
+            # seq_len, so a graph needs no whole-row gather and no mask.
             # Fresh 16-byte-aligned int64 tensors, so the kernel's specialisation never changes.
             varlen = tuple(t if t.dtype == torch.int64 and t.is_contiguous() and not t.data_ptr() % 16
                            else t.long().contiguous().clone()
@@ -404,7 +413,7 @@ class LlamaForCausalLM(nn.Module):
                 cos=self.rope_cos.index_select(0, positions).to(dtype)[:, None],
                 sin=self.rope_sin.index_select(0, positions).to(dtype)[:, None],
                 slots=meta.slot_mapping.long(), segments=[],
-                varlen=(*varlen, int(meta.max_query_len)))
+                varlen=(*varlen, int(meta.max_query_len), meta.uniform_query_len is not None))
         if meta.uniform_query_len is not None:
             query_len = meta.uniform_query_len
             if num_rows * query_len != num_tokens:
@@ -478,9 +487,27 @@ class LlamaForCausalLM(nn.Module):
         final-norm hidden states [T, hidden] (the runner picks rows before `compute_logits`)."""
         plan = self._plan(input_ids.shape[0], meta, kv_caches)
         x = self.embed_tokens(input_ids)
+        if plan.varlen is not None:
+            return self._forward_fused(x, plan, kv_caches)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x = layer(x, plan, kv_cache)
         return self.norm(x)
+
+    def _forward_fused(self, x: torch.Tensor, plan: _StepPlan,
+                       kv_caches: list[torch.Tensor]) -> torch.Tensor:
+        """The same layers on CUDA in bf16/fp16, with each residual add fused into the
+        RMSNorm after it (`triton_fused`): the residual stream is carried beside the
+        normalised hidden state instead of being re-added by every layer."""
+        from runner_impl.model.triton_fused import add_rms_norm
+        eps = self.config.rms_norm_eps
+        layers = self.layers
+        h, residual = add_rms_norm(x, None, layers[0].input_layernorm.weight, eps)
+        for i, (layer, kv_cache) in enumerate(zip(layers, kv_caches, strict=True)):
+            attn = layer.self_attn(h, plan, kv_cache)
+            h, residual = add_rms_norm(attn, residual, layer.post_attention_layernorm.weight, eps)
+            nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+            h, residual = add_rms_norm(layer.mlp(h, fused=True), residual, nxt.weight, eps)
+        return h
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits, so sampling is not done on bf16 values."""

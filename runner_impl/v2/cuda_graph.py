@@ -4,10 +4,12 @@ One graph per padded batch size, captured at warmup over persistent input buffer
 uniform-decode step copies its inputs into those buffers, pads the batch up to the next
 captured size and replays. Prefill and mixed batches run eagerly.
 
-What makes the forward graph-safe: every shape is fixed per captured size. The attention
-gathers the whole block-table row (max_blocks_per_req blocks) instead of the step's
-`max_seq_len` upper bound, and masks keys by `seq_lens` read from the persistent device
-buffer; nothing in the forward reads the device on the host.
+What makes the forward graph-safe: every shape is fixed per captured size, and nothing in
+the forward reads the device on the host. In bf16/fp16 the Triton attention kernel bounds
+each row's keys by `seq_lens`, read from the persistent device buffer at replay; in
+float32/float64 the PyTorch attention gathers the whole block-table row
+(max_blocks_per_req blocks) instead of the step's `max_seq_len` upper bound and masks
+keys by those same `seq_lens`.
 
 Padding rows must not touch real requests' KV: they write their K/V into one scratch
 block the allocator never hands out (`pad_block`, the last block of the cache), attend
@@ -88,8 +90,10 @@ class CudaGraphManager:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 out = self.model(ids, meta, self.kv_caches)
+                # k = 0: one logit per row, so the graph computes them too (float32 [b, V]).
+                logits = self.model.compute_logits(out) if self.q == 1 else None
             pool = graph.pool()
-            self.graphs[b] = (graph, out)
+            self.graphs[b] = (graph, out, logits)
         torch.cuda.synchronize()
 
     def padded_size(self, num_reqs: int) -> int | None:
@@ -98,21 +102,31 @@ class CudaGraphManager:
                 return b if b in self.graphs else None
         return None
 
-    def run(self, batch: InputBatch) -> torch.Tensor | None:
-        """Hidden states [R * q, hidden] from a graph replay, or None (no graph fits)."""
+    def fill_inputs(self, r: int, input_ids: torch.Tensor, positions: torch.Tensor,
+                    slot_mapping: torch.Tensor, seq_lens: torch.Tensor,
+                    block_table: torch.Tensor) -> None:
+        """Copy a batch of r rows into the persistent input buffers."""
+        n = r * self.q
+        self.input_ids[:n].copy_(input_ids)
+        self.positions[:n].copy_(positions)
+        self.slot_mapping[:n].copy_(slot_mapping)
+        self.seq_lens[:r].copy_(seq_lens)
+        self.block_table[:r].copy_(block_table)
+
+    def run(self, batch: InputBatch) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(hidden states [R * q, hidden], logits [R, V] when k = 0 else None) from a
+        graph replay, or None (no graph fits)."""
         r = batch.num_reqs
         b = self.padded_size(r)
         if b is None or batch.input_ids.shape[0] != r * self.q:
             return None
         n, meta = r * self.q, batch.meta
-        self.input_ids[:n].copy_(batch.input_ids)
-        self.positions[:n].copy_(meta.positions)
-        self.slot_mapping[:n].copy_(meta.slot_mapping)
-        self.seq_lens[:r].copy_(meta.seq_lens)
-        self.block_table[:r].copy_(meta.block_table)
+        if not batch.graphed:                 # StepGraphs' prepare has filled them already
+            self.fill_inputs(r, batch.input_ids, meta.positions, meta.slot_mapping,
+                             meta.seq_lens, meta.block_table)
         if b > r:
             self._reset_padding(r, b)
-        graph, out = self.graphs[b]
+        graph, out, logits = self.graphs[b]
         graph.replay()
         self.num_replays += 1
-        return out[:n]
+        return out[:n], (logits[:r] if logits is not None else None)

@@ -8,6 +8,7 @@ mirror, so no device-to-host copy is needed (vLLM PR 40654).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +19,9 @@ from ..model.llama import AttentionMetadata
 from .block_table import BlockTables
 from .dispatch import dispatch_key
 from .states import RequestState
+
+if TYPE_CHECKING:
+    from .step_graphs import StepGraphs
 
 
 @dataclass
@@ -36,6 +40,7 @@ class InputBatch:
     logits_indices: torch.Tensor      # [R, 1 + max_drafts] flat token index of each logit
     seq_lens_cpu_upper_bound: np.ndarray
     dispatch_key: tuple
+    graphed: bool = False             # device inputs came from a StepGraphs replay
 
     @property
     def num_reqs(self) -> int:
@@ -47,7 +52,7 @@ class InputBatch:
 
 
 def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: SchedulerOutput,
-                   k: int, faults: FaultSet) -> InputBatch:
+                   k: int, faults: FaultSet, graphs: "StepGraphs | None" = None) -> InputBatch:
     req_ids = sched.req_ids
     R = len(req_ids)
     idx_np = np.array([state.req_id_to_index[r] for r in req_ids], dtype=np.int64)
@@ -69,7 +74,45 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
     # One host-to-device copy for every host-known index array.
     host = np.concatenate([idx_np, qsl, token_row, token_offset, num_sched, num_drafts,
                            samples_token.astype(np.int64), logits_idx.ravel()])
-    dev = state.staging.upload(host)
+    # The seq-lens-sync fault reads the device on the host: never inside a graph.
+    graphed = (graphs is not None and graphs.covers(R, T, W)
+               and not faults.active("seq-lens-sync"))
+    if graphed:
+        dev = graphs.prepare(R, host)
+    else:
+        dev = device_inputs(state, block_tables, state.staging.upload(host), R, T, W)
+    idx, qsl_d, row_d, off_d, nsched_d, ndraft_d, samples_d, logits_d, \
+        positions, seq_lens, input_ids, block_table, slot_mapping = dev
+
+    # Host upper bound of seq_lens: mirror + scheduled tokens.
+    seq_lens_ub = state.num_computed_tokens_np[idx_np] + num_sched
+    if faults.active("seq-lens-sync"):
+        # Pre-PR-40654 path: attention metadata reads the device seq_lens on the host.
+        seq_lens_cpu = seq_lens.cpu()
+        max_seq_len = int(seq_lens_cpu.max().item())
+    else:
+        max_seq_len = int(seq_lens_ub.max(initial=1))
+
+    key = dispatch_key(num_sched, k)
+    meta = AttentionMetadata(
+        query_start_loc=qsl_d, seq_lens=seq_lens, block_table=block_table,
+        slot_mapping=slot_mapping, token_row=row_d, token_offset=off_d, positions=positions,
+        max_query_len=int(num_sched.max(initial=1)), max_seq_len=max_seq_len,
+        uniform_query_len=(1 + k) if key[0] == "uniform_decode" else None,
+        query_lens_cpu=num_sched)
+    return InputBatch(
+        req_ids=req_ids, idx_mapping_np=idx_np, idx_mapping=idx, num_scheduled=num_sched,
+        num_scheduled_gpu=nsched_d, num_drafts=num_drafts, num_drafts_gpu=ndraft_d,
+        samples_token=samples_token, samples_token_gpu=samples_d,
+        input_ids=input_ids, meta=meta, logits_indices=logits_d,
+        seq_lens_cpu_upper_bound=seq_lens_ub, dispatch_key=key, graphed=graphed)
+
+
+def device_inputs(state: RequestState, block_tables: BlockTables, dev: torch.Tensor,
+                  R: int, T: int, W: int) -> tuple[torch.Tensor, ...]:
+    """Everything prepare_inputs computes on the device, from the uploaded host arrays
+    `dev` and the device truth. Device work only (no host reads), so `StepGraphs` can
+    capture it; shapes depend on (R, T, W) alone."""
     parts = torch.split(dev, [R, R + 1, T, T, R, R, R, R * W])
     idx, qsl_d, row_d, off_d, nsched_d, ndraft_d, samples_d, logits_d = parts
 
@@ -87,28 +130,6 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
                              state.draft_tokens[slot_t, draft_col])
     is_decode_row = seq_lens > state.prefill_len_gpu[idx]
     input_ids = torch.where(is_decode_row[row_d], decode_tok, from_tokens)
-
-    # Host upper bound of seq_lens: mirror + scheduled tokens.
-    seq_lens_ub = state.num_computed_tokens_np[idx_np] + num_sched
-    if faults.active("seq-lens-sync"):
-        # Pre-PR-40654 path: attention metadata reads the device seq_lens on the host.
-        seq_lens_cpu = seq_lens.cpu()
-        max_seq_len = int(seq_lens_cpu.max().item())
-    else:
-        max_seq_len = int(seq_lens_ub.max(initial=1))
-
-    key = dispatch_key(num_sched, k)
-    meta = AttentionMetadata(
-        query_start_loc=qsl_d, seq_lens=seq_lens,
-        block_table=block_tables.table[idx],
-        slot_mapping=block_tables.slot_mapping(idx, row_d, positions),
-        token_row=row_d, token_offset=off_d, positions=positions,
-        max_query_len=int(num_sched.max(initial=1)), max_seq_len=max_seq_len,
-        uniform_query_len=(1 + k) if key[0] == "uniform_decode" else None,
-        query_lens_cpu=num_sched)
-    return InputBatch(
-        req_ids=req_ids, idx_mapping_np=idx_np, idx_mapping=idx, num_scheduled=num_sched,
-        num_scheduled_gpu=nsched_d, num_drafts=num_drafts, num_drafts_gpu=ndraft_d,
-        samples_token=samples_token, samples_token_gpu=samples_d.bool(),
-        input_ids=input_ids, meta=meta, logits_indices=logits_d.view(R, W),
-        seq_lens_cpu_upper_bound=seq_lens_ub, dispatch_key=key)
+    return (idx, qsl_d, row_d, off_d, nsched_d, ndraft_d, samples_d.bool(), logits_d.view(R, W),
+            positions, seq_lens, input_ids, block_tables.table[idx],
+            block_tables.slot_mapping(idx, row_d, positions))

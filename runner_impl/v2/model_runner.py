@@ -7,6 +7,9 @@ at warmup (`cuda_graph.py`); everything else runs eagerly.
 """
 from __future__ import annotations
 
+from typing import Callable
+
+import numpy as np
 import torch
 from torch.profiler import record_function
 
@@ -22,6 +25,20 @@ from .sampler import SamplingState
 from .spec_decode import DraftModelProposer, NgramProposer
 from .staging import PinnedStaging
 from .states import RequestState
+from .step_graphs import StepGraphs
+
+
+class AsyncOutput:
+    """A queued step's output: `get()` waits for its copy to the host (async scheduling)."""
+
+    def __init__(self, finish: Callable[[], ModelRunnerOutput],
+                 event: "torch.cuda.Event | None") -> None:
+        self._finish, self._event = finish, event
+
+    def get(self) -> ModelRunnerOutput:
+        if self._event is not None:
+            self._event.synchronize()
+        return self._finish()
 
 
 class ModelRunnerV2:
@@ -35,7 +52,10 @@ class ModelRunnerV2:
         self.faults = cfg.faults
         dev = cfg.torch_device
         n = cfg.max_num_seqs
-        self.staging = PinnedStaging(dev)
+        # Async scheduling keeps one step in flight while the next is prepared: its uploads
+        # and its output copy need a second set of pinned buffers.
+        depth = 2 if cfg.async_scheduling else 1
+        self.staging = PinnedStaging(dev, depth=depth)
         poison = model.config.vocab_size - 1 if cfg.debug_poison_freed_slots else None
         self.state = RequestState(n, max_model_len, self.k, dev, self.faults, self.staging, poison)
         self.block_tables = BlockTables(n, max_blocks_per_req, cfg.block_size, dev, self.staging)
@@ -47,14 +67,21 @@ class ModelRunnerV2:
             assert draft is not None
             self.proposer = DraftModelProposer(draft[0], draft[1], self.k, n,
                                                model.config.vocab_size, dev)
-        # Pinned host buffer for the step's one device-to-host copy (reused: the copy is
-        # waited for within the same step, so one buffer is enough).
-        self._host_buf = (torch.empty(n * (2 + self.k), dtype=torch.int64, pin_memory=True)
-                          if dev.type == "cuda" else None)
+        # Pinned host buffers for the step's one device-to-host copy, reused `depth` steps
+        # later: by then that copy has been waited for.
+        self._host_bufs = ([torch.empty(n * (2 + self.k), dtype=torch.int64, pin_memory=True)
+                            for _ in range(depth)] if dev.type == "cuda" else [])
+        self._num_copies = 0
+        self._events = [torch.cuda.Event() for _ in range(4)] if dev.type == "cuda" else []
+        self._num_events = 0
         # CUDA graphs for uniform-decode batches; captured by warmup (capture_cudagraphs).
         self.cudagraphs = (CudaGraphManager(model, kv_caches, n, self.k, max_blocks_per_req,
                                             cfg.block_size, kv_caches[0].shape[1] - 1, dev)
                            if cfg.use_cuda_graphs else None)
+        # CUDA graphs of prepare's device half and post_update, per batch size (k = 0).
+        self.step_graphs = (StepGraphs(self.state, self.block_tables, n, self._post_update,
+                                       self.cudagraphs)
+                            if cfg.use_cuda_graphs and not self.k else None)
         self.phase = "serve"                      # "warmup" while warming up
         self.dispatch_log: list[tuple[str, tuple]] = []   # (phase, dispatch key) per step
 
@@ -67,11 +94,14 @@ class ModelRunnerV2:
             self.block_tables.set_blocks(slot, new.block_ids)
             self.sampling.add_request(slot, new)
         cached = sched.scheduled_cached_reqs
-        for req_id, nc, blocks in zip(cached.req_ids, cached.num_computed_tokens,
-                                      cached.new_block_ids):
-            slot = self.state.req_id_to_index[req_id]
-            self.state.update_request(slot, nc)
-            self.block_tables.append(slot, blocks)
+        if cached.req_ids:
+            to_slot = self.state.req_id_to_index
+            slots = [to_slot[r] for r in cached.req_ids]
+            self.state.update_requests(np.array(slots, dtype=np.int64),
+                                       np.array(cached.num_computed_tokens, dtype=np.int64))
+            for slot, blocks in zip(slots, cached.new_block_ids):
+                if blocks:
+                    self.block_tables.append(slot, blocks)
         self.state.apply_staged_writes()
         self.sampling.apply_staged_writes()
         self.block_tables.apply_staged_writes()
@@ -79,6 +109,34 @@ class ModelRunnerV2:
     # ---- one step --------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        """One step, waited for: its output is on the host when this returns."""
+        step = self._launch(sched)
+        if step is None:
+            if self._host_bufs:                      # CUDA: outside the measured phases
+                with record_function("mrbench::output"):
+                    self._wait_uploads()
+            return ModelRunnerOutput([], [], [])
+        with record_function("mrbench::output"):
+            return self._finish_copy(step[0], *self._start_copy(*step))
+
+    @torch.inference_mode()
+    def execute_model_async(self, sched: SchedulerOutput) -> "AsyncOutput":
+        """Async scheduling (vLLM's): queue the step, start its output copy and return
+        without waiting, so the host prepares the next step while the device runs this one.
+        The next step's inputs come from the device truth this one updates (MRv2's
+        `last_sampled_tokens`), never from this step's host output."""
+        step = self._launch(sched)
+        if step is None:
+            ev = self._record_event()
+            return AsyncOutput(lambda: ModelRunnerOutput([], [], []), ev)
+        with record_function("mrbench::output"):
+            host, ev = self._start_copy(*step)
+        return AsyncOutput(lambda: self._finish_copy(step[0], host, None), ev)
+
+    def _launch(self, sched: SchedulerOutput
+                ) -> tuple[InputBatch, torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+        """prepare -> forward -> sample -> postprocess, queued on the device; None if the
+        step scheduled nothing (it still applied frees and admissions)."""
         with record_function("mrbench::step"):
             with record_function("mrbench::prepare"):
                 self.staging.new_step()
@@ -86,28 +144,29 @@ class ModelRunnerV2:
                 empty = not sched.total_num_scheduled_tokens
                 if not empty:
                     batch = prepare_inputs(self.state, self.block_tables, sched, self.k,
-                                           self.faults)
+                                           self.faults, self.step_graphs)
                     params = self.sampling.batch_params(batch.idx_mapping_np,
-                                                        batch.idx_mapping, batch.samples_token)
+                                                        batch.idx_mapping, batch.samples_token,
+                                                        lazy=batch.graphed)
             if empty:
-                if self._host_buf is not None:       # CUDA: outside the measured phases
-                    with record_function("mrbench::output"):
-                        self._wait_uploads()
-                return ModelRunnerOutput([], [], [])
+                return None
             self.dispatch_log.append((self.phase, batch.dispatch_key))
             with record_function("mrbench::forward"):
-                hidden = None
+                replayed = None
                 if self.cudagraphs is not None and batch.dispatch_key[0] == "uniform_decode":
-                    hidden = self.cudagraphs.run(batch)       # None: no captured size fits
-                if hidden is None:
-                    hidden = self.model(batch.input_ids, batch.meta, self.kv_caches)
+                    replayed = self.cudagraphs.run(batch)     # None: no captured size fits
                 R, W = batch.logits_indices.shape
-                logits = self.model.compute_logits(hidden[batch.logits_indices.reshape(-1)])
-                logits = logits.view(R, W, -1)
+                if replayed is not None and replayed[1] is not None:
+                    logits = replayed[1].view(R, W, -1)       # k = 0: computed in the graph
+                else:
+                    hidden = (replayed[0] if replayed is not None
+                              else self.model(batch.input_ids, batch.meta, self.kv_caches))
+                    logits = self.model.compute_logits(hidden[batch.logits_indices.reshape(-1)])
+                    logits = logits.view(R, W, -1)
             with record_function("mrbench::sample"):
                 if W == 1:
                     sampled = sample(logits[:, 0], params)[:, None]
-                    num_sampled = batch.samples_token_gpu.long()
+                    num_sampled = None if batch.graphed else batch.samples_token_gpu.long()
                 else:
                     drafts = self.state.draft_tokens[batch.idx_mapping, :W - 1]
                     dprobs = (self.proposer.draft_probs[batch.idx_mapping, :W - 1]
@@ -116,20 +175,26 @@ class ModelRunnerV2:
                     sampled = rejection_sample(logits, drafts, batch.num_drafts_gpu,
                                                batch.num_drafts.tolist(), params, dprobs)
                     num_sampled = count_sampled(sampled, self.faults) * batch.samples_token_gpu
+            packed = None
             with record_function("mrbench::postprocess"):
-                self._post_update(batch, sampled, num_sampled)
+                if batch.graphed:
+                    num_sampled, packed = self.step_graphs.post(R, sampled)
+                else:
+                    self._post_update(batch.idx_mapping, batch.num_scheduled_gpu,
+                                      batch.num_drafts_gpu, sampled, num_sampled)
                 self.state.advance_mirror_in_postprocess(batch.idx_mapping_np, batch.num_scheduled)
                 if isinstance(self.proposer, NgramProposer):
                     self.proposer.propose(self.state, batch, params)
                 elif self.proposer is not None:
                     self.proposer.propose(self.state, batch, params, self.block_tables)
-        with record_function("mrbench::output"):
-            return self._to_host(batch, sampled, num_sampled)
+        return batch, sampled, num_sampled, packed
 
     def capture_cudagraphs(self) -> None:
         """Warmup: capture the uniform-decode graphs (no-op without CUDA graphs)."""
         if self.cudagraphs is not None:
             self.cudagraphs.capture()
+        if self.step_graphs is not None:
+            self.step_graphs.capture()
 
     def _wait_uploads(self) -> None:
         """A step that scheduled nothing may still have staged uploads in flight (frees,
@@ -137,13 +202,15 @@ class ModelRunnerV2:
         step reuses the pinned regions."""
         torch.cuda.current_stream().synchronize()
 
-    def _post_update(self, batch: InputBatch, sampled: torch.Tensor,
+    def _post_update(self, idx: torch.Tensor, num_scheduled: torch.Tensor,
+                     num_drafts: torch.Tensor, sampled: torch.Tensor,
                      num_sampled: torch.Tensor) -> None:
-        """Advance the device truth by what was really accepted (vLLM's post_update)."""
-        st, idx = self.state, batch.idx_mapping
+        """Advance the device truth by what was really accepted (vLLM's post_update).
+        Device work only: StepGraphs captures it."""
+        st = self.state
         R, W = sampled.shape
-        num_rejected = torch.where(num_sampled > 0, batch.num_drafts_gpu - (num_sampled - 1), 0)
-        st.num_computed_tokens[idx] = (st.num_computed_tokens[idx] + batch.num_scheduled_gpu
+        num_rejected = torch.where(num_sampled > 0, num_drafts - (num_sampled - 1), 0)
+        st.num_computed_tokens[idx] = (st.num_computed_tokens[idx] + num_scheduled
                                        - num_rejected)
         last = sampled.gather(1, (num_sampled - 1).clamp(min=0)[:, None])[:, 0]
         st.last_sampled_tokens[idx] = torch.where(num_sampled > 0, last,
@@ -156,20 +223,41 @@ class ModelRunnerV2:
         st.all_token_ids[idx[:, None].expand(R, W), dest] = torch.where(keep, sampled, 0)
         st.total_len[idx] = total + num_sampled
 
-    def _to_host(self, batch: InputBatch, sampled: torch.Tensor,
-                 num_sampled: torch.Tensor) -> ModelRunnerOutput:
-        """The one device-to-host transfer of the step."""
-        packed = torch.cat([num_sampled[:, None], sampled], 1)
-        if self._host_buf is not None:
-            host = self._host_buf.view(-1)[:packed.numel()].view(packed.shape)  # contiguous
-            host.copy_(packed, non_blocking=True)
-            ev = torch.cuda.Event()
-            ev.record()
+    def _record_event(self) -> "torch.cuda.Event | None":
+        """Record one of a ring of events: each is waited for (the step's output read)
+        before the ring comes back to it, one step in flight at most."""
+        if not self._host_bufs:
+            return None
+        self._num_events += 1
+        ev = self._events[self._num_events % len(self._events)]
+        ev.record()
+        return ev
+
+    def _start_copy(self, batch: InputBatch, sampled: torch.Tensor, num_sampled: torch.Tensor,
+                    packed: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
+        """Queue the one device-to-host transfer of the step (pinned buffer + event).
+        `packed`: [num_sampled | sampled] already built (by StepGraphs' post graph)."""
+        if packed is None:
+            packed = torch.cat([num_sampled[:, None], sampled], 1)
+        if not self._host_bufs:
+            return packed, None
+        buf = self._host_bufs[self._num_copies % len(self._host_bufs)]
+        self._num_copies += 1
+        host = buf.view(-1)[:packed.numel()].view(packed.shape)  # contiguous
+        host.copy_(packed, non_blocking=True)
+        return host, self._record_event()
+
+    def _finish_copy(self, batch: InputBatch, host: torch.Tensor,
+                     ev: "torch.cuda.Event | None") -> ModelRunnerOutput:
+        if ev is not None:
             ev.synchronize()
-        else:
-            host = packed
         arr = host.numpy()
-        toks = [row[1:1 + n].tolist() for n, row in zip(arr[:, 0], arr)]
+        counts = arr[:, 0]
+        if (counts == arr.shape[1] - 1).all():       # every row kept all it sampled
+            toks = arr[:, 1:].tolist()
+        else:
+            toks = [row[1:1 + n].tolist() for n, row in zip(counts, arr)]
         placeholder = [-1] * self.k
         drafts = [placeholder if t else [] for t in toks]
         return ModelRunnerOutput(batch.req_ids, toks, drafts, batch.dispatch_key)

@@ -41,9 +41,14 @@ class SamplingState:
         self._staged = []
 
     def batch_params(self, idx_np: np.ndarray, idx: torch.Tensor,
-                     samples_token: np.ndarray) -> BatchParams:
+                     samples_token: np.ndarray, lazy: bool = False) -> BatchParams:
+        """lazy: a one-logit batch whose greedy rows never read the per-row tensors
+        (`sample` returns the argmax), so an all-greedy batch skips gathering them."""
         rand = self.is_random[idx_np]
+        any_random = bool(rand.any())
+        if lazy and not any_random:
+            return BatchParams(None, None, None, [None] * len(idx_np), False, False)
         gens = [self.generators[s] if (r and keep) else None
                 for s, r, keep in zip(idx_np, rand, samples_token)]
         return BatchParams(self.temperature[idx], self.top_k[idx], self.top_p[idx], gens,
-                           bool(rand.any()), bool(self.uses_top_k_top_p[idx_np].any()))
+                           any_random, bool(self.uses_top_k_top_p[idx_np].any()))

@@ -130,12 +130,13 @@ class RequestState:
             self._staged_poison.append(slot)
         return slot
 
-    def update_request(self, slot: int, num_computed_tokens: int) -> None:
-        """Refresh the mirror from the scheduler (the fix of vLLM PR 42202)."""
+    def update_requests(self, slots: np.ndarray, num_computed_tokens: np.ndarray) -> None:
+        """Refresh the mirror of these (distinct) slots from the scheduler (the fix of vLLM
+        PR 42202)."""
         if not self.faults.active("mirror-increment"):
-            self.num_computed_tokens_np[slot] = num_computed_tokens
-        self.num_computed_prefill_tokens[slot] = min(
-            self.num_computed_tokens_np[slot], self.prefill_len[slot])
+            self.num_computed_tokens_np[slots] = num_computed_tokens
+        self.num_computed_prefill_tokens[slots] = np.minimum(
+            self.num_computed_tokens_np[slots], self.prefill_len[slots])
 
     def advance_mirror_in_postprocess(self, idx: np.ndarray, num_scheduled: np.ndarray) -> None:
         """Pre-PR-42202 code path: the mirror grows by what was scheduled, so every
