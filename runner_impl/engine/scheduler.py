@@ -97,7 +97,7 @@ class Scheduler:
             if req.num_output_placeholders and self._reaches_limit(req):
                 i += 1                           # async: its last token is already coming
                 continue
-            n_drafts = self._max_drafts(req) if req.spec_token_ids else 0
+            n_drafts = self._max_drafts(req)
             computed = req.num_computed_tokens + req.num_inflight_tokens
             pending = req.num_tokens + req.num_output_placeholders - computed
             num_new = min(pending + n_drafts, budget)
