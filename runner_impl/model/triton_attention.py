@@ -81,9 +81,7 @@ if triton is not None:
 
 def varlen_paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                            seq_lens: torch.Tensor, block_table: torch.Tensor, max_query_len: int,
-                           scale: float, uniform_decode: bool = False,
-                           block_n: int | None = None, num_warps: int | None = None,
-                           num_stages: int | None = None) -> torch.Tensor:
+                           scale: float, uniform_decode: bool = False) -> torch.Tensor:
     """q [T, H, D] (token stride free, head and dim contiguous); kv_cache [2, blocks, bs, KVH, D];
     query_start_loc [R+1], seq_lens [R] (context including this step's tokens), block_table
     [R, max_blocks], all int64 on the device. Returns [T, H * D]."""
@@ -101,13 +99,11 @@ def varlen_paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_
     block_q = max(1, 16 // G) if uniform_decode else BLOCK_M // G
     # The decode variant walks 128 keys an iteration with 2 pipeline stages: on an H200 with
     # a cold L2 (64 rows x 200 keys x 8 KV heads, 16 layers' caches) 11.5 us a layer against
-    # 12.7 with 64 keys and the default stages. The keyword arguments exist for such sweeps.
-    if uniform_decode:
-        block_n, num_stages = block_n or 128, num_stages or 2
+    # 12.7 with 64 keys and the default stages.
+    tuning = dict(BLOCK_N=128, num_stages=2) if uniform_decode else dict(BLOCK_N=BLOCK_N)
     grid = (triton.cdiv(max_query_len, block_q), R, KVH)
     _varlen_paged_attention[grid](
         q, kv_cache[0], kv_cache[1], out, query_start_loc, seq_lens, block_table, scale,
         STRIDE_QT=q.stride(0), H=H, KVH=KVH, G=G, D=D, BS=bs, MAXB=maxb, BLOCK_Q=block_q,
-        BLOCK_N=block_n or BLOCK_N, num_warps=num_warps or 4,
-        **({"num_stages": num_stages} if num_stages else {}))
+        num_warps=4, **tuning)
     return out.view(T, H * D)

@@ -56,9 +56,6 @@ class PinnedStaging:
         return self._stage(arr, dtype).view(arr.shape).to(self.device, non_blocking=True)
 
     def upload_into(self, values, dst: torch.Tensor) -> None:
-        """Copy int64 values into an existing device tensor (a graph's input buffer)."""
+        """Copy int64 values into an existing CUDA tensor (a graph's input buffer)."""
         arr = np.asarray(values, dtype=np.int64)
-        if not self.pinned:
-            dst.view(-1).copy_(torch.from_numpy(arr))
-            return
         dst.view(-1).copy_(self._stage(arr, torch.int64), non_blocking=True)
