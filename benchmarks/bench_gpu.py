@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 from runner_impl import LLM, SamplingParams  # noqa: E402
 from runner_impl.default_model import DEFAULT_MODEL_DIR  # noqa: E402
+from runner_impl.model import triton_base  # noqa: E402
 
 LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048)
@@ -319,7 +320,8 @@ def markdown(res: dict) -> str:
     env = res["env"]
     a = res["args"]
     out = [f"Device: {env['device']}; torch {env['torch']}; transformers {env['transformers']}; "
-           f"CUDA {env['cuda']}; driver {env.get('driver')}.",
+           f"CUDA {env['cuda']}; driver {env.get('driver')}; Triton {env.get('triton')}, "
+           f"PDL {'on' if env.get('triton_pdl') else 'off'}.",
            f"Workload: batch B of random prompts of {a['prompt_len']} tokens, "
            f"{a['max_tokens']} greedy output tokens each (ignore EOS), bf16; "
            f"{a['repeats']} interleaved repeats after one discarded round.", ""]
@@ -401,7 +403,9 @@ def main() -> int:
                          capture_output=True, text=True).stdout.strip() or None
     env = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                transformers=transformers.__version__, cuda=torch.version.cuda, driver=drv,
-               python=platform.python_version(), command=" ".join(sys.argv))
+               python=platform.python_version(), command=" ".join(sys.argv),
+               triton=getattr(triton_base.triton, "__version__", None),
+               triton_pdl=triton_base.pdl())
     t_start = time.perf_counter()
 
     def log(msg: str) -> None:

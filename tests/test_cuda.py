@@ -116,6 +116,47 @@ def test_cuda_triton_varlen_attention_matches_reference(H, KVH, D, bs, uniform):
     assert ((out - ref).norm() / ref.norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("qlen", [1, 3, 4])
+@pytest.mark.parametrize("H,KVH,D,bs", [(32, 8, 64, 16), (8, 4, 32, 16), (4, 2, 16, 8),
+                                        (16, 2, 32, 16)])
+def test_cuda_rope_cache_attention_equals_rope_then_attention(H, KVH, D, bs, qlen):
+    """The decode launch that applies RoPE and writes the row's K/V itself leaves the same
+    cache, bit for bit, and returns the same output as `rope_and_cache` followed by the
+    decode variant; rows of more tokens than one program holds are not fused."""
+    from runner_impl.model import triton_attention as ta
+    from runner_impl.model import triton_fused
+    torch.manual_seed(qlen + H)
+    dev, dt = "cuda", torch.bfloat16
+    if not ta.fuses_rope(True, qlen, H, KVH):
+        assert qlen > max(1, 16 // (H // KVH))
+        return
+    ctxs = [0, 10, 3, 100, 47, 61, 250]
+    seq = [c + qlen for c in ctxs]
+    maxb = max(-(-n // bs) for n in seq) + 1
+    nb = len(seq) * maxb + 3
+    cache = torch.randn(2, nb, bs, KVH, D, device=dev, dtype=dt)
+    table = torch.randperm(nb, device=dev)[:len(seq) * maxb].view(len(seq), maxb).contiguous()
+    pos = torch.cat([torch.arange(c, c + qlen) for c in ctxs]).to(dev)
+    row = torch.arange(len(seq), device=dev).repeat_interleave(qlen)
+    slots = table[row, pos // bs] * bs + pos % bs
+    T = len(pos)
+    qkv = torch.randn(T, (H + 2 * KVH) * D, device=dev, dtype=dt)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2, device=dev).float() / D))
+    emb = torch.cat([pos[:, None] * inv] * 2, -1)
+    cos = emb.cos().to(dt)[:, None].contiguous()
+    sin = torch.cat([-emb.sin()[:, :D // 2], emb.sin()[:, D // 2:]], -1).to(dt)[:, None]
+    sin = sin.contiguous()
+    qsl = torch.arange(0, T + 1, qlen, device=dev)
+    seq_t = torch.tensor(seq, device=dev)
+    fused_cache = cache.clone()
+    out = ta.rope_cache_attention(qkv, cos, sin, slots, fused_cache, qsl, seq_t, table, qlen,
+                                  D ** -0.5, H)
+    q = triton_fused.rope_and_cache(qkv, cos, sin, slots, cache, H, KVH, D)
+    ref = ta.varlen_paged_attention(q, cache, qsl, seq_t, table, qlen, D ** -0.5, True)
+    assert torch.equal(fused_cache, cache)
+    assert torch.equal(out, ref)
+
+
 def test_cuda_mixed_batch_triton_path_matches_sdpa_path(tiny_model_dir, monkeypatch):
     """The model's prefill/mixed path through the Triton kernel vs the PyTorch SDPA path, on
     one mixed batch (a prompt, a decode row with context, a chunk with context), bf16."""
@@ -275,3 +316,54 @@ def test_cuda_fused_kernels_match_the_pytorch_ops():
     gu = torch.randn(T, 2 * 3000, device=dev, dtype=dt)
     torch.testing.assert_close(triton_fused.silu_and_mul(gu),
                                F.silu(gu[:, :3000]) * gu[:, 3000:], rtol=1.6e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("N,K,split_k,gated", [(3072, 2048, 1, False), (2048, 2048, 2, False),
+                                               (2048, 8192, 2, False), (8192, 2048, 1, True),
+                                               (768, 256, 1, True)])
+def test_cuda_skinny_gemm_matches_float64_reference(N, K, split_k, gated):
+    """triton_gemm.linear against float64 (bf16 operands: relative error under 1e-2), with
+    every output written; the gated epilogue against SiLU(gate) * up of the float64
+    products; split-K partials finished by add_rms_norm equal rounding their sum once."""
+    import torch.nn.functional as F
+
+    from runner_impl.model import triton_fused, triton_gemm
+    torch.manual_seed(N + K)
+    dev, dt = "cuda", torch.bfloat16
+    w = torch.randn(2 * N if gated else N, K, device=dev, dtype=dt) * K ** -0.5
+    for T in (1, 7, 64):
+        x = torch.randn(T, K, device=dev, dtype=dt)
+        assert triton_gemm.applies(x, w, split_k, gated)
+        got = triton_gemm.linear(x, w, split_k=split_k, gated=gated)
+        assert got.shape == ((split_k, T, N) if split_k > 1 else (T, N))
+        assert torch.isfinite(got).all()
+        ref = F.linear(x.double(), w.double())
+        if gated:
+            ref = F.silu(ref[:, :N]) * ref[:, N:]
+        total = got.double().sum(0) if split_k > 1 else got.double()
+        assert ((total - ref).norm() / ref.norm()).item() < 1e-2
+        if split_k > 1:
+            res = torch.randn(T, N, device=dev, dtype=dt)
+            nw = torch.randn(N, device=dev, dtype=dt)
+            out, res_out = triton_fused.add_rms_norm(got, res, nw, 1e-5)
+            assert torch.equal(res_out, got.sum(0).to(dt) + res)
+            torch.testing.assert_close(out, F.rms_norm(res_out, (N,), nw, 1e-5),
+                                       rtol=1.6e-2, atol=1e-2)
+    # Shapes the tiling does not divide fall back to cuBLAS (+ silu_and_mul), same function.
+    w2 = torch.randn(2 * 100 if gated else 100, K, device=dev, dtype=dt) * K ** -0.5
+    x = torch.randn(5, K, device=dev, dtype=dt)
+    assert not triton_gemm.applies(x, w2, split_k, gated)
+    assert triton_gemm.linear(x, w2, split_k=split_k, gated=gated).shape == (5, 100)
+
+
+def test_cuda_skinny_gemm_rows_independent_of_batch_size():
+    """A row's result is bit-identical whether it is computed alone or among 64 rows, and
+    more than 64 rows (prefill) go to cuBLAS."""
+    from runner_impl.model import triton_gemm
+    torch.manual_seed(1)
+    w = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16) * 0.02
+    x = torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16)
+    full = triton_gemm.linear(x, w, split_k=2)
+    for i in (0, 13, 63):
+        assert torch.equal(triton_gemm.linear(x[i:i + 1], w, split_k=2)[:, 0], full[:, i])
+    assert not triton_gemm.applies(torch.randn(65, 2048, device="cuda", dtype=torch.bfloat16), w)

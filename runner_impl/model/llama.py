@@ -7,8 +7,11 @@ queue the next step (or capture a CUDA graph) while this one runs.
 
 On CUDA a few fused paths replace the reference ones (the CPU code is untouched). In
 bf16/fp16: a Triton varlen paged-attention kernel (`triton_attention.py`) for every batch,
-CUDA-graph decode included, and Triton kernels (`triton_fused.py`) for RoPE with the cache
-writes, the residual add with the RMSNorm after it, and SiLU with its product. float32/
+CUDA-graph decode included (which also applies RoPE and writes the cache), Triton kernels
+(`triton_fused.py`) for RoPE with the cache writes, the residual add with the RMSNorm
+after it, and SiLU with its product, and Triton GEMMs for decode-sized batches
+(`triton_gemm.py`), all launched with programmatic dependent launch where the GPU has it
+(`triton_base.py`). float32/
 float64 on CUDA keep PyTorch ops: fused RMSNorm, RoPE in three kernels, the KV gather as a
 row gather and memory-efficient SDPA.
 """
@@ -264,14 +267,24 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, plan: _StepPlan, kv_cache: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = self.qkv_proj(x)
-        if plan.varlen is not None:  # CUDA bf16/fp16: RoPE + cache writes, then attention
-            from runner_impl.model import triton_attention, triton_fused
-            q = triton_fused.rope_and_cache(qkv, plan.cos, plan.sin, plan.slots, kv_cache,
-                                            H, KVH, D)
+        if plan.varlen is not None:
+            # CUDA bf16/fp16 (`_forward_fused`): decode-sized projections in Triton, RoPE +
+            # cache writes and attention (one kernel for decode); returns o_proj's split-K
+            # partials where they apply.
+            from runner_impl.model import triton_attention, triton_fused, triton_gemm
+            qkv = triton_gemm.linear(x, self.qkv_proj.weight)
             qsl, seq_lens, block_table, max_q, uniform = plan.varlen
-            return self.o_proj(triton_attention.varlen_paged_attention(
-                q, kv_cache, qsl, seq_lens, block_table, max_q, self.scale, uniform))
+            if triton_attention.fuses_rope(uniform, max_q, H, KVH):   # decode: one launch
+                out = triton_attention.rope_cache_attention(
+                    qkv, plan.cos, plan.sin, plan.slots, kv_cache, qsl, seq_lens, block_table,
+                    max_q, self.scale, H)
+            else:
+                q = triton_fused.rope_and_cache(qkv, plan.cos, plan.sin, plan.slots, kv_cache,
+                                                H, KVH, D)
+                out = triton_attention.varlen_paged_attention(
+                    q, kv_cache, qsl, seq_lens, block_table, max_q, self.scale, uniform)
+            return triton_gemm.linear(out, self.o_proj.weight, split_k=2)
+        qkv = self.qkv_proj(x)
         if x.is_cuda:
             # RoPE on q and k together, in three kernels (plan.sin carries rotate_half's sign).
             qk = qkv[:, :self.q_size + self.kv_size].view(num_tokens, H + KVH, D)
@@ -345,9 +358,10 @@ class MLP(nn.Module):
         self.down_proj = _linear(config.intermediate_size, config.hidden_size, dtype, device)
 
     def forward(self, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
-        if fused:  # CUDA bf16/fp16: SiLU and the product in one kernel
-            from runner_impl.model import triton_fused
-            return self.down_proj(triton_fused.silu_and_mul(self.gate_up_proj(x)))
+        if fused:  # CUDA bf16/fp16: SiLU * up in gate_up's epilogue; down as split-K partials
+            from runner_impl.model import triton_gemm
+            act = triton_gemm.linear(x, self.gate_up_proj.weight, gated=True)
+            return triton_gemm.linear(act, self.down_proj.weight, split_k=2)
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -497,7 +511,8 @@ class LlamaForCausalLM(nn.Module):
                        kv_caches: list[torch.Tensor]) -> torch.Tensor:
         """The same layers on CUDA in bf16/fp16, with each residual add fused into the
         RMSNorm after it (`triton_fused`): the residual stream is carried beside the
-        normalised hidden state instead of being re-added by every layer."""
+        normalised hidden state instead of being re-added by every layer. The attention and
+        MLP outputs may arrive as split-K partial sums, which that kernel finishes."""
         from runner_impl.model.triton_fused import add_rms_norm
         eps = self.config.rms_norm_eps
         layers = self.layers

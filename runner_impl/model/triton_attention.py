@@ -16,11 +16,7 @@ from __future__ import annotations
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only installs: the PyTorch path is used
-    triton = None
+from .triton_base import launch_options, pdl_enter, triton
 
 BLOCK_M = 64   # query rows per program: BLOCK_Q tokens x G heads
 BLOCK_N = 64   # keys per iteration
@@ -32,11 +28,34 @@ def supported(dtype: torch.dtype, head_dim: int, group: int) -> bool:
 
 
 if triton is not None:
+    import triton.language as tl
+
+    @triton.jit
+    def _rope(QKV, COS, SIN, tok, head, valid, STRIDE_T: tl.constexpr, D: tl.constexpr):
+        """RoPE'd rows of heads `head` of tokens `tok` of the qkv projection, rounded as
+        `triton_fused.rope_and_cache` rounds (so the two paths agree bit for bit)."""
+        offs = tl.arange(0, D)
+        rolled = (offs + D // 2) % D
+        row = QKV + tok[:, None] * STRIDE_T + head[:, None] * D
+        m = valid[:, None]
+        x = tl.load(row + offs[None, :], mask=m, other=0.0)
+        xr = tl.load(row + rolled[None, :], mask=m, other=0.0).to(tl.float32)
+        cos = tl.load(COS + tok[:, None] * D + offs[None, :], mask=m, other=0.0).to(tl.float32)
+        sin = tl.load(SIN + tok[:, None] * D + offs[None, :], mask=m, other=0.0).to(tl.float32)
+        a = (x.to(tl.float32) * cos).to(x.dtype).to(tl.float32)
+        return (a + xr * sin).to(x.dtype)
+
     @triton.jit
     def _varlen_paged_attention(Q, K, V, O, QSL, SEQ, BT, sm_scale,
                                 STRIDE_QT: tl.constexpr, H: tl.constexpr, KVH: tl.constexpr,
                                 G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                                MAXB: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr):
+                                MAXB: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+                                PDL: tl.constexpr, ROPE: tl.constexpr = False, COS=None,
+                                SIN=None, SLOTS=None):
+        """ROPE: Q is the qkv projection [T, (H + 2 KVH) * D]; the program applies RoPE to
+        its q heads, and writes its KV head's RoPE'd k and v of the row's tokens into the
+        cache before attending (only when one program holds all of a row's tokens)."""
+        pdl_enter(PDL)
         j = tl.program_id(0)
         r = tl.program_id(1)
         h = tl.program_id(2)
@@ -51,8 +70,22 @@ if triton is not None:
             m_valid = qi < qlen
             tok = q_start + qi
             offs_d = tl.arange(0, D)
-            q = tl.load(Q + tok[:, None] * STRIDE_QT + head[:, None] * D + offs_d[None, :],
-                        mask=m_valid[:, None], other=0.0)
+            if ROPE:
+                q = _rope(Q, COS, SIN, tok, head, m_valid, STRIDE_QT, D)
+                offs_t = tl.arange(0, BLOCK_Q)
+                t_valid = offs_t < qlen
+                ttok = q_start + offs_t
+                k_new = _rope(Q, COS, SIN, ttok, H + h + 0 * offs_t, t_valid, STRIDE_QT, D)
+                v_new = tl.load(Q + ttok[:, None] * STRIDE_QT + (H + KVH + h) * D
+                                + offs_d[None, :], mask=t_valid[:, None], other=0.0)
+                slot = tl.load(SLOTS + ttok, mask=t_valid, other=0)
+                dst = slot[:, None] * (KVH * D) + h * D + offs_d[None, :]
+                tl.store(K + dst, k_new, mask=t_valid[:, None])
+                tl.store(V + dst, v_new, mask=t_valid[:, None])
+                tl.debug_barrier()        # the program's own writes, visible to its loads
+            else:
+                q = tl.load(Q + tok[:, None] * STRIDE_QT + head[:, None] * D + offs_d[None, :],
+                            mask=m_valid[:, None], other=0.0)
             qpos = ctx + qi
             m_i = tl.full([BLOCK_Q * G], float("-inf"), tl.float32)
             l_i = tl.zeros([BLOCK_Q * G], tl.float32)
@@ -86,24 +119,61 @@ def varlen_paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_
     query_start_loc [R+1], seq_lens [R] (context including this step's tokens), block_table
     [R, max_blocks], all int64 on the device. Returns [T, H * D]."""
     T, H, D = q.shape
-    _, _, bs, KVH, _ = kv_cache.shape
-    G = H // KVH
-    R, maxb = block_table.shape
-    assert q.stride(2) == 1 and q.stride(1) == D and block_table.is_contiguous()
-    out = torch.empty(T, H, D, dtype=q.dtype, device=q.device)
+    assert q.stride(2) == 1 and q.stride(1) == D
+    return _launch(q, H, kv_cache, query_start_loc, seq_lens, block_table, max_query_len,
+                   scale, uniform_decode, None)
+
+
+def fuses_rope(uniform_decode: bool, max_query_len: int, num_heads: int,
+               num_kv_heads: int) -> bool:
+    """Whether `rope_cache_attention` applies: a uniform-decode batch whose rows each fit in
+    one program (1 + k <= the decode variant's query tokens), so no program reads a cache
+    slot that another program of the launch writes."""
+    return uniform_decode and max_query_len <= _block_q(True, num_heads // num_kv_heads)
+
+
+def rope_cache_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         slots: torch.Tensor, kv_cache: torch.Tensor,
+                         query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                         block_table: torch.Tensor, max_query_len: int, scale: float,
+                         num_heads: int) -> torch.Tensor:
+    """`triton_fused.rope_and_cache` and then the decode variant of `varlen_paged_attention`,
+    in one launch (where `fuses_rope`): qkv [T, (H + 2 KVH) * D] rows contiguous, cos/sin
+    [T, 1, D] in the model dtype, slots [T]. Same values, bit for bit; returns [T, H * D]."""
+    assert qkv.stride(1) == 1 and cos.is_contiguous() and sin.is_contiguous()
+    return _launch(qkv, num_heads, kv_cache, query_start_loc, seq_lens, block_table,
+                   max_query_len, scale, True, (cos, sin, slots))
+
+
+def _block_q(uniform_decode: bool, G: int) -> int:
     # Query tokens per program. Two variants, each compiled once: uniform-decode batches
     # (1 + k tokens a row, the CUDA-graph path) take 16 // G rows of tokens (tl.dot's
     # minimum of 16 rows), so a decode program does not compute 16x the rows it keeps;
     # prefill and mixed batches take BLOCK_M // G. The choice depends on the batch kind
     # only, never on its lengths, so warming each kind once warms every batch of it.
-    block_q = max(1, 16 // G) if uniform_decode else BLOCK_M // G
+    return max(1, 16 // G) if uniform_decode else BLOCK_M // G
+
+
+def _launch(q: torch.Tensor, H: int, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
+            seq_lens: torch.Tensor, block_table: torch.Tensor, max_query_len: int, scale: float,
+            uniform_decode: bool, rope: tuple | None) -> torch.Tensor:
+    T = q.shape[0]
+    _, _, bs, KVH, D = kv_cache.shape
+    G = H // KVH
+    R, maxb = block_table.shape
+    assert block_table.is_contiguous()
+    out = torch.empty(T, H, D, dtype=q.dtype, device=q.device)
+    block_q = _block_q(uniform_decode, G)
     # The decode variant walks 128 keys an iteration with 2 pipeline stages: on an H200 with
     # a cold L2 (64 rows x 200 keys x 8 KV heads, 16 layers' caches) 11.5 us a layer against
-    # 12.7 with 64 keys and the default stages.
+    # 12.7 with 64 keys and the default stages (H100: 14.2 against 14.6-21.0 us for 32-128
+    # keys, 1-3 stages, 2 or 4 warps).
     tuning = dict(BLOCK_N=128, num_stages=2) if uniform_decode else dict(BLOCK_N=BLOCK_N)
+    if rope is not None:
+        tuning.update(ROPE=True, COS=rope[0], SIN=rope[1], SLOTS=rope[2])
     grid = (triton.cdiv(max_query_len, block_q), R, KVH)
     _varlen_paged_attention[grid](
         q, kv_cache[0], kv_cache[1], out, query_start_loc, seq_lens, block_table, scale,
         STRIDE_QT=q.stride(0), H=H, KVH=KVH, G=G, D=D, BS=bs, MAXB=maxb, BLOCK_Q=block_q,
-        num_warps=4, **tuning)
+        num_warps=4, **tuning, **launch_options())
     return out.view(T, H * D)

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import torch
 
-from .triton_attention import triton
+from .triton_base import launch_options, pdl_enter, triton
 
 if triton is not None:
     import triton.language as tl
 
     @triton.jit
     def _rope_and_cache(QKV, COS, SIN, SLOTS, KC, VC, QOUT, STRIDE_T: tl.constexpr,
-                        H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr):
+                        H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
+        pdl_enter(PDL)
         t = tl.program_id(0)
         h = tl.program_id(1)                       # 0..H-1: q heads; H..H+KVH-1: k/v heads
         offs = tl.arange(0, D)
@@ -49,16 +50,26 @@ if triton is not None:
             tl.store(VC + (slot * KVH + kvh) * D + offs, v)
 
     @triton.jit
-    def _add_rms_norm(X, RES, W, OUT, RES_OUT, eps, N: tl.constexpr, BLOCK: tl.constexpr,
-                      HAS_RES: tl.constexpr):
+    def _add_rms_norm(X, RES, W, OUT, RES_OUT, eps, STRIDE_S, N: tl.constexpr,
+                      BLOCK: tl.constexpr, HAS_RES: tl.constexpr, SPLIT: tl.constexpr,
+                      PDL: tl.constexpr):
+        pdl_enter(PDL)
         t = tl.program_id(0)
         offs = tl.arange(0, BLOCK)
         mask = offs < N
         x = tl.load(X + t * N + offs, mask=mask, other=0.0)
+        if SPLIT > 1:
+            # float32 partial sums of a split-K GEMM: added in order, then rounded once
+            # to the model dtype, as one GEMM's output is.
+            xs = x.to(tl.float32)
+            for s in tl.static_range(1, SPLIT):
+                xs += tl.load(X + s * STRIDE_S + t * N + offs, mask=mask, other=0.0)
+            x = xs.to(OUT.dtype.element_ty)
         if HAS_RES:
             # The residual add rounds to the model dtype first, as `x + y` does.
             x = (x.to(tl.float32) + tl.load(RES + t * N + offs, mask=mask, other=0.0)
                  .to(tl.float32)).to(OUT.dtype.element_ty)
+        if HAS_RES or SPLIT > 1:
             tl.store(RES_OUT + t * N + offs, x, mask=mask)
         xf = x.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
@@ -66,7 +77,8 @@ if triton is not None:
         tl.store(OUT + t * N + offs, (xf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _silu_and_mul(GU, OUT, N: tl.constexpr, BLOCK: tl.constexpr):
+    def _silu_and_mul(GU, OUT, N: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        pdl_enter(PDL)
         t = tl.program_id(0)
         offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < N
@@ -88,19 +100,24 @@ def rope_and_cache(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slot
     q = torch.empty(T, num_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
     _rope_and_cache[(T, num_heads + num_kv_heads)](
         qkv, cos, sin, slots, kv_cache[0], kv_cache[1], q, STRIDE_T=qkv.stride(0),
-        H=num_heads, KVH=num_kv_heads, D=head_dim, num_warps=1)
+        H=num_heads, KVH=num_kv_heads, D=head_dim, num_warps=1, **launch_options())
     return q
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x + residual) * weight, x + residual); with residual None, no add."""
-    T, N = x.shape
-    out = torch.empty_like(x)
-    res_out = torch.empty_like(x) if residual is not None else x
+    """(rms_norm(x + residual) * weight, x + residual); with residual None, no add.
+
+    x is [T, N] in the model dtype (weight's), or float32 partial sums [S, T, N] from a
+    split-K `triton_gemm.linear`, which are added up and rounded first."""
+    split = x.shape[0] if x.dim() == 3 else 1
+    T, N = x.shape[-2:]
+    out = torch.empty(T, N, dtype=weight.dtype, device=x.device)
+    res_out = (torch.empty_like(out) if residual is not None or split > 1 else x)
     _add_rms_norm[(T,)](x, residual if residual is not None else x, weight, out, res_out, eps,
-                        N=N, BLOCK=triton.next_power_of_2(N), HAS_RES=residual is not None,
-                        num_warps=4 if N <= 4096 else 8)
+                        T * N, N=N, BLOCK=triton.next_power_of_2(N),
+                        HAS_RES=residual is not None, SPLIT=split,
+                        num_warps=4 if N <= 4096 else 8, **launch_options())
     return out, res_out
 
 
@@ -110,5 +127,6 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     N = N2 // 2
     out = torch.empty(T, N, dtype=gate_up.dtype, device=gate_up.device)
     BLOCK = 1024
-    _silu_and_mul[(T, triton.cdiv(N, BLOCK))](gate_up, out, N=N, BLOCK=BLOCK, num_warps=4)
+    _silu_and_mul[(T, triton.cdiv(N, BLOCK))](gate_up, out, N=N, BLOCK=BLOCK, num_warps=4,
+                                                   **launch_options())
     return out

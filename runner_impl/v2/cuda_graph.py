@@ -84,8 +84,10 @@ class CudaGraphManager:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):           # eager runs first: lazy init, kernel loads
-                for _ in range(2):
-                    self.model(ids, meta, self.kv_caches)
+                for _ in range(2):                  # (what the graph will hold, logits too)
+                    out = self.model(ids, meta, self.kv_caches)
+                    if self.q == 1:
+                        self.model.compute_logits(out)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
