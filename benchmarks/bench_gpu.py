@@ -330,17 +330,21 @@ def markdown(res: dict) -> str:
         out.append(f"**{m['label']}** ({n / 1e9:.2f} B parameters)" if n >= 1e8 else
                    f"**{m['label']}** ({n / 1e6:.1f} M parameters)")
         out.append("")
+        # Decode tok/s relative to each transformers system the run has.
+        refs = [n for n in ("hf", "hf-compile") if any(r["system"] == n for r in m["rows"])]
         out.append("| batch | system | output tok/s | decode tok/s | step P50 ms | step P99 ms |"
-                   " decode tok/s vs hf |")
-        out.append("|---:|---|---:|---:|---:|---:|---:|")
-        hf = {r["batch"]: r for r in m["rows"] if r["system"] == "hf"}
+                   + "".join(f" decode tok/s vs {n} |" for n in refs))
+        out.append("|---:|---|---:|---:|---:|---:|" + "---:|" * len(refs))
+        base = {(r["system"], r["batch"]): r["decode_tok_s"] for r in m["rows"]}
+        f = lambda v, spec: "n/a" if v is None else format(v, spec)  # noqa: E731
         for r in m["rows"]:
-            rel = (r["decode_tok_s"] / hf[r["batch"]]["decode_tok_s"]
-                   if r["batch"] in hf and r["decode_tok_s"] else None)
-            f = lambda v, spec: "n/a" if v is None else format(v, spec)  # noqa: E731
+            rels = []
+            for n in refs:
+                b = base.get((n, r["batch"]))
+                rels.append(f"{r['decode_tok_s'] / b:.2f}x" if b and r["decode_tok_s"] else "")
             out.append(f"| {r['batch']} | {r['system']} | {f(r['output_tok_s'], '.0f')} | "
                        f"{f(r['decode_tok_s'], '.0f')} | {f(r['step_p50_ms'], '.2f')} | "
-                       f"{f(r['step_p99_ms'], '.2f')} | {'' if rel is None else f'{rel:.2f}x'} |")
+                       f"{f(r['step_p99_ms'], '.2f')} |" + "".join(f" {x} |" for x in rels))
         out.append("")
     if res.get("syncs"):
         out.append("| V2, k=1, profiled serving pass | steps | hot-path syncs/step (mean, min-max) |")
