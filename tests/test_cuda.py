@@ -367,3 +367,28 @@ def test_cuda_skinny_gemm_rows_independent_of_batch_size():
     for i in (0, 13, 63):
         assert torch.equal(triton_gemm.linear(x[i:i + 1], w, split_k=2)[:, 0], full[:, i])
     assert not triton_gemm.applies(torch.randn(65, 2048, device="cuda", dtype=torch.bfloat16), w)
+
+
+def test_cuda_pdl_changes_no_token(monkeypatch):
+    """Programmatic dependent launch only lets kernels start early; each waits for its
+    predecessor before touching memory. So the bundled model (every Triton path: decode
+    GEMMs, split-K, the gated epilogue, RoPE inside decode attention) must give the same
+    bf16 tokens, bit for bit, with PDL on and off; a missing wait would show as a race."""
+    from runner_impl.model import triton_base
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("PDL needs a Hopper or later GPU")
+    prompts = make_prompts(64, seed=11, lo=3, hi=60)
+    sp = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    outs = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("MRBENCH_TRITON_PDL", flag)
+        triton_base.pdl.cache_clear()
+        assert triton_base.pdl() is (flag == "1")
+        llm = LLM(DEFAULT_MODEL_DIR, device="cuda", dtype="bfloat16", max_num_seqs=64,
+                  max_num_batched_tokens=512, async_scheduling=True)
+        outs[flag] = [o.token_ids for o in llm.generate(prompts, sp)]
+        assert llm.cores[0].runner.cudagraphs.num_replays > 0
+        del llm
+    triton_base.pdl.cache_clear()
+    monkeypatch.delenv("MRBENCH_TRITON_PDL")
+    assert outs["1"] == outs["0"]
