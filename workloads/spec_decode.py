@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
+from harness.execute import SideFailure, SideResult
 from harness.targets.base import EngineOptions, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS
-from .prompts import STOP, gsm8k_prompts
+from .prompts import gsm8k_prompts, serve_prompts
 
 
 class Params(BaseModel):
@@ -67,13 +67,9 @@ class SpecDecode:
 
     def run(self, sessions: dict[str, Session], items: list[str], p: Params, device: str
             ) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
-        first = next(iter(sessions.values()))
-        prompts = [x for x in items if first.fits(x, p.max_tokens)]
         bs = p.batch_size or p.batch_sizes[0]
-        results, _, failed = drive_interleaved(
-            sessions, Batch(prompts, p.max_tokens, list(STOP), p.wave_size or 2 * bs,
-                            p.profile_limit), device)
-        return results, failed
+        return serve_prompts(sessions, items, p.max_tokens, p.wave_size or 2 * bs,
+                             p.profile_limit, device)
 
 
 WORKLOAD = SpecDecode()

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
+from harness.execute import SideFailure, SideResult
 from harness.targets.base import EngineOptions, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS
-from .prompts import STOP, gsm8k_prompts
+from .prompts import gsm8k_prompts, serve_prompts
 
 
 class Params(BaseModel):
@@ -49,11 +49,8 @@ class WarmupCoverage:
 
     def run(self, sessions: dict[str, Session], items: list[str], p: Params, device: str
             ) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
-        first = next(iter(sessions.values()))
-        prompts = [x for x in items if first.fits(x, p.max_tokens)]
-        results, _, failed = drive_interleaved(
-            sessions, Batch(prompts, p.max_tokens, list(STOP), len(prompts), 0), device)
-        return results, failed
+        # One wave of every prompt, no profiled steps: only the dispatch classes matter.
+        return serve_prompts(sessions, items, p.max_tokens, len(items), 0, device)
 
 
 WORKLOAD = WarmupCoverage()
