@@ -30,20 +30,7 @@ def supported(dtype: torch.dtype, head_dim: int, group: int) -> bool:
 if triton is not None:
     import triton.language as tl
 
-    @triton.jit
-    def _rope(QKV, COS, SIN, tok, head, valid, STRIDE_T: tl.constexpr, D: tl.constexpr):
-        """RoPE'd rows of heads `head` of tokens `tok` of the qkv projection, rounded as
-        `triton_fused.rope_and_cache` rounds (so the two paths agree bit for bit)."""
-        offs = tl.arange(0, D)
-        rolled = (offs + D // 2) % D
-        row = QKV + tok[:, None] * STRIDE_T + head[:, None] * D
-        m = valid[:, None]
-        x = tl.load(row + offs[None, :], mask=m, other=0.0)
-        xr = tl.load(row + rolled[None, :], mask=m, other=0.0).to(tl.float32)
-        cos = tl.load(COS + tok[:, None] * D + offs[None, :], mask=m, other=0.0).to(tl.float32)
-        sin = tl.load(SIN + tok[:, None] * D + offs[None, :], mask=m, other=0.0).to(tl.float32)
-        a = (x.to(tl.float32) * cos).to(x.dtype).to(tl.float32)
-        return (a + xr * sin).to(x.dtype)
+    from .triton_fused import rope_rows
 
     @triton.jit
     def _varlen_paged_attention(Q, K, V, O, QSL, SEQ, BT, sm_scale,
@@ -71,11 +58,11 @@ if triton is not None:
             tok = q_start + qi
             offs_d = tl.arange(0, D)
             if ROPE:
-                q = _rope(Q, COS, SIN, tok, head, m_valid, STRIDE_QT, D)
+                q = rope_rows(Q, COS, SIN, tok, head, m_valid, STRIDE_QT, D)
                 offs_t = tl.arange(0, BLOCK_Q)
                 t_valid = offs_t < qlen
                 ttok = q_start + offs_t
-                k_new = _rope(Q, COS, SIN, ttok, H + h + 0 * offs_t, t_valid, STRIDE_QT, D)
+                k_new = rope_rows(Q, COS, SIN, ttok, H + h + 0 * offs_t, t_valid, STRIDE_QT, D)
                 v_new = tl.load(Q + ttok[:, None] * STRIDE_QT + (H + KVH + h) * D
                                 + offs_d[None, :], mask=t_valid[:, None], other=0.0)
                 slot = tl.load(SLOTS + ttok, mask=t_valid, other=0)

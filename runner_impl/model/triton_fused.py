@@ -25,28 +25,37 @@ if triton is not None:
     import triton.language as tl
 
     @triton.jit
+    def rope_rows(QKV, COS, SIN, tok, head, valid, STRIDE_T: tl.constexpr, D: tl.constexpr):
+        """RoPE'd rows [len(tok), D]: head `head[i]` of token `tok[i]` of the qkv projection,
+        rounded twice, as `addcmul(x * cos, x.roll(D // 2), sin)` in the model dtype is
+        (sin sign-folded, see llama.py). Also the decode attention's prologue."""
+        offs = tl.arange(0, D)
+        rolled = (offs + D // 2) % D               # x.roll(D // 2)[i] = x[i - D/2 mod D]
+        row = QKV + tok[:, None] * STRIDE_T + head[:, None] * D
+        m = valid[:, None]
+        x = tl.load(row + offs[None, :], mask=m, other=0.0)
+        xr = tl.load(row + rolled[None, :], mask=m, other=0.0).to(tl.float32)
+        cos = tl.load(COS + tok[:, None] * D + offs[None, :], mask=m, other=0.0).to(tl.float32)
+        sin = tl.load(SIN + tok[:, None] * D + offs[None, :], mask=m, other=0.0).to(tl.float32)
+        a = (x.to(tl.float32) * cos).to(x.dtype).to(tl.float32)
+        return (a + xr * sin).to(x.dtype)
+
+    @triton.jit
     def _rope_and_cache(QKV, COS, SIN, SLOTS, KC, VC, QOUT, STRIDE_T: tl.constexpr,
                         H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
         pdl_enter(PDL)
         t = tl.program_id(0)
         h = tl.program_id(1)                       # 0..H-1: q heads; H..H+KVH-1: k/v heads
-        offs = tl.arange(0, D)
-        rolled = (offs + D // 2) % D               # x.roll(D // 2)[i] = x[i - D/2 mod D]
-        cos = tl.load(COS + t * D + offs).to(tl.float32)
-        sin = tl.load(SIN + t * D + offs).to(tl.float32)   # sign-folded (see llama.py)
-        row = QKV + t * STRIDE_T
-        x = tl.load(row + h * D + offs).to(tl.float32)
-        xr = tl.load(row + h * D + rolled).to(tl.float32)
-        # Two roundings, as `addcmul(x * cos, x.roll(D // 2), sin)` in the model dtype.
-        a = (x * cos).to(QOUT.dtype.element_ty).to(tl.float32)
-        out = (a + xr * sin).to(QOUT.dtype.element_ty)
+        one = tl.arange(0, 1)
+        offs = tl.arange(0, D)[None, :]
+        out = rope_rows(QKV, COS, SIN, t + one, h + one, one < 1, STRIDE_T, D)   # [1, D]
         if h < H:
             tl.store(QOUT + (t * H + h) * D + offs, out)
         else:
             slot = tl.load(SLOTS + t)
             kvh = h - H
             tl.store(KC + (slot * KVH + kvh) * D + offs, out)
-            v = tl.load(row + (H + KVH + kvh) * D + offs)
+            v = tl.load(QKV + t * STRIDE_T + (H + KVH + kvh) * D + offs)
             tl.store(VC + (slot * KVH + kvh) * D + offs, v)
 
     @triton.jit
