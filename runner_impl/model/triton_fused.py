@@ -6,9 +6,11 @@ adds, RMSNorm, SiLU and its product), each a few microseconds no matter how litt
 does. These three kernels do the same arithmetic in 3 launches per layer instead of 11:
 
 - `rope_and_cache`: RoPE on q and k straight from the fused qkv projection, and the K/V
-  writes into the paged cache;
-- `add_rms_norm`: the residual add and the next RMSNorm (vLLM's fused_add_rms_norm);
-- `silu_and_mul`: SiLU(gate) * up.
+  writes into the paged cache (its RoPE, `rope_rows`, is also the decode attention
+  launch's prologue, which does this work itself for uniform decode);
+- `add_rms_norm`: the residual add and the next RMSNorm (vLLM's fused_add_rms_norm), also
+  finishing the split-K partial sums of `triton_gemm`;
+- `silu_and_mul`: SiLU(gate) * up (decode batches get it in gate_up's GEMM epilogue).
 
 Each rounds where the unfused PyTorch ops round (every op of those ends in the model
 dtype), so the two paths agree to the last bit or within one unit of it where a
