@@ -135,6 +135,9 @@ def _run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2
     p.add_argument("--vllm-sync-check", choices=["warn", "error"],
                    help="vllm target: also run vLLM's own VLLM_GPU_SYNC_CHECK after warmup and "
                         "count its warnings (CUDA only; vLLM does not arm it on CPU)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
+                   help="share of the GPU all engines resident at once may take together "
+                        "(each gets F / engines; default 0.85). vllm target only")
     p.add_argument("--in-process", action="store_true",
                    help="run engines in this process (debugging; a crash or hang of an "
                         "engine then ends the run)")
@@ -162,8 +165,13 @@ def _isolation(a: argparse.Namespace):
         os.environ["MRBENCH_VLLM_SYNC_CHECK"] = a.vllm_sync_check
     if a.timeout is not None and not a.timeout > 0:
         raise BadInput(f"--timeout must be > 0 seconds, got {a.timeout}")
+    gmu = a.gpu_memory_utilization
+    if gmu is not None and not 0 < gmu <= 0.95:
+        raise BadInput(f"--gpu-memory-utilization must be in (0, 0.95], got {gmu}")
     return Isolation(in_process=a.in_process,
-                     timeout_s=a.timeout if a.timeout is not None else Isolation.timeout_s)
+                     timeout_s=a.timeout if a.timeout is not None else Isolation.timeout_s,
+                     gpu_memory_utilization=gmu if gmu is not None
+                     else Isolation.gpu_memory_utilization)
 
 
 def _fmt(x) -> str:

@@ -247,13 +247,44 @@ def _per_step_mean(side: SideResult, column: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def not_measured(side: SideResult, name: str) -> str | None:
+    """Why a side's per-phase counts measured nothing, or None if every hot phase was seen
+    to run. Zero syncs is a measurement only when the phases it counts in were seen to run;
+    a runner whose phase labels did not attach would otherwise pass by construction."""
+    from .phases import HOT_PHASES
+    if not side.profile:
+        return f"not measured: no profiled step on the {name}"
+    if f"ran_{HOT_PHASES[0]}" not in side.profile[0]:
+        return None                              # counted before phases were checked
+    dead = [p for p in HOT_PHASES if not any(r.get(f"ran_{p}") for r in side.profile)]
+    if not dead:
+        return None
+    probe = side.resolved.get("phase_probe") or {}
+    missing = probe.get("missing")
+    return (f"not measured: the {name}'s {', '.join(dead)} phase"
+            f"{'s' if len(dead) > 1 else ''} never ran in {len(side.profile)} profiled steps "
+            f"(runner {side.resolved.get('runner_class') or side.resolved.get('runner')}"
+            + (f"; labels that did not attach: {', '.join(missing)}" if missing else "") + ")")
+
+
+def _unmeasured_check(wl: str, metric: str, unit: str, why: str, threshold: str) -> Check:
+    return Check(wl, metric, unit, None, None, None, None, None, threshold,
+                 "deterministic count in the harness's phase ranges (torch.profiler)",
+                 "error", why)
+
+
 def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                relative: bool = True) -> Check | None:
     """Hot-path syncs per step: over the baseline (same engine only) or over the budget of a
     runner that promises a sync-free hot path."""
+    if not cand.profile and not base.profile:
+        return None                              # the workload profiles nothing
+    thr = f"<= baseline + {th.syncs_increase}" + (
+        f" and <= {th.syncs_budget}" if th.syncs_budget is not None else "")
+    why = not_measured(cand, "candidate") or (relative and not_measured(base, "baseline"))
+    if why:
+        return _unmeasured_check(wl, "syncs_per_step", "syncs/step", why, thr)
     b, c = _per_step_mean(base, "syncs_hot"), _per_step_mean(cand, "syncs_hot")
-    if c is None:
-        return None
     over_base = relative and b is not None and c > b + th.syncs_increase
     # the absolute budget binds runners that promise a sync-free hot path (MRv2); a V1
     # candidate (an A/A calibration) is held to its baseline only
@@ -263,18 +294,52 @@ def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                        for p in ("prepare", "forward", "sample", "postprocess", "output")
                        if cand.profile and f"syncs_{p}" in cand.profile[0])
     steps_with = sum(r["syncs_hot"] > 0 for r in cand.profile)
-    thr = f"<= baseline + {th.syncs_increase}" + (
-        f" and <= {th.syncs_budget}" if th.syncs_budget is not None else "")
     return Check(wl, "syncs_per_step", "syncs/step", b, c, None if b is None else c - b, None,
                  None, thr, "deterministic count in hot phases after warmup (torch.profiler)",
                  "regression" if over_base or over_budget else "pass",
                  f"candidate per phase: {phases}; {steps_with}/{len(cand.profile)} steps sync")
 
 
+def sync_warnings_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds
+                        ) -> Check | None:
+    """vLLM's own sync checker (`--vllm-sync-check warn`): its warnings per step on the
+    candidate. A runner that promises a sync-free hot path is held to the sync budget; any
+    candidate to its baseline. Not measured when the checker never armed on a side."""
+    if "sync_check_warnings" not in cand.counters:
+        return None                              # the checker was not asked for
+    thr = "<= baseline" + (f" and <= {th.syncs_budget}/step" if th.syncs_budget is not None
+                           else "")
+    for side, name in ((cand, "candidate"), (base, "baseline")):
+        if not side.counters.get("sync_check_armed"):
+            return _unmeasured_check(
+                wl, "sync_check_warnings", "warnings/step",
+                f"not measured: vLLM's VLLM_GPU_SYNC_CHECK never armed on the {name} (vLLM "
+                "arms it on CUDA only, after warmup)", thr)
+
+    def per_step(side: SideResult) -> float:
+        steps = max(1, int(side.counters.get("sync_check_steps") or len(side.steps) or 1))
+        return side.counters.get("sync_check_warnings", 0.0) / steps
+    b, c = per_step(base), per_step(cand)
+    over_budget = th.syncs_budget is not None and c > th.syncs_budget \
+        and cand.resolved.get("sync_free", True)
+    sites = cand.resolved.get("sync_check_sites") or {}
+    note = "no synchronizing CUDA operation reported on the candidate"
+    if cand.counters.get("sync_check_warnings"):
+        note = (f"{int(cand.counters['sync_check_warnings'])} warnings over "
+                f"{int(cand.counters.get('sync_check_steps') or 0)} steps")
+    return Check(wl, "sync_check_warnings", "warnings/step", b, c, c - b, None, None, thr,
+                 "vLLM's VLLM_GPU_SYNC_CHECK=warn around execute_model/sample_tokens, counted "
+                 "per step over the timed waves", "regression" if c > b or over_budget
+                 else "pass", note + (f"; sites: {sites}" if sites else ""))
+
+
 def count_info(wl: str, metric: str, column: str, base: SideResult, cand: SideResult) -> Check | None:
     b, c = _per_step_mean(base, column), _per_step_mean(cand, column)
     if b is None and c is None:
         return None
+    why = not_measured(cand, "candidate") or not_measured(base, "baseline")
+    if why:
+        return _unmeasured_check(wl, metric, "per step", why, "-")
     return Check(wl, metric, "per step", b, c, None if b is None or c is None else c - b, None,
                  None, "-", "deterministic count (torch.profiler); runners differ by design",
                  "info")
@@ -303,6 +368,10 @@ def reference_check(wl: str, cand: SideResult, reference: dict | None,
     now = count_means(cand.profile)
     if not now:
         return None
+    why = not_measured(cand, "candidate")
+    if why:
+        return _unmeasured_check(wl, "ops_vs_reference", "per step", why,
+                                 f"<= reference + {th.ops_increase}")
     if reference is None:
         return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None, None,
                      f"<= reference + {th.ops_increase}", "deterministic count (torch.profiler)",
@@ -400,6 +469,7 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
     checks += [accuracy_check(wl, base, cand, th),
                parity_check(wl, base, cand, th) if cross else agreement_check(wl, base, cand, th),
                sync_check(wl, base, cand, th, relative=not cross),
+               sync_warnings_check(wl, base, cand, th),
                count_info(wl, "ops_per_step", "ops", base, cand),
                count_info(wl, "allocs_per_step", "allocs", base, cand),
                audit_check(wl, cand, th), reference_check(wl, cand, reference, th),

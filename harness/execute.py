@@ -17,6 +17,7 @@ import traceback
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from . import progress
 from .collectors.latency import inter_token_latencies, request_latency, step_rows
 from .collectors.profiler import count_per_step, profiled
 from .targets.base import Completion, Session, TimedPrompt
@@ -89,15 +90,18 @@ def completion_row(i: int, c: Completion) -> dict:
     return row
 
 
-def dispatch_rows(session: Session) -> list[dict]:
+def dispatch_rows(log: list[tuple[str, str]]) -> list[dict]:
     counts: dict[tuple[str, str], int] = {}
-    for phase, kind in session.dispatch_log():
+    for phase, kind in log:
         counts[(phase, kind)] = counts.get((phase, kind), 0) + 1
     return [dict(phase=p, kind=k, steps=n) for (p, k), n in sorted(counts.items())]
 
 
-def _collect_dispatch(session: Session, res: SideResult) -> None:
-    res.dispatch = dispatch_rows(session)
+def _collect_dispatch(session: Session, res: SideResult, since: int) -> None:
+    """The warmup's classes and the classes served since `since` (an engine reused across
+    workloads keeps one log; each workload sees its own serving steps)."""
+    log = session.dispatch_log()
+    res.dispatch = dispatch_rows([e for e in log[:since] if e[0] == "warmup"] + log[since:])
 
 
 def _submit(session: Session, prompts: list, batch: Batch, closed: bool = False
@@ -136,7 +140,7 @@ def profiled_run(session: Session, prompts: list, batch: Batch, device: str
             _submit(session, prompts, batch, closed=True)
     finally:
         session.auditing = False
-    counts = count_per_step(prof.events, session.step_label, session.phase_labels)
+    counts = count_per_step(prof.events, session.step_label, session.phase_labels, device)
     for row, st in zip(counts, step_rows(session.steps())):        # both in time order
         row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
     return counts, [asdict(a) for a in session.audits()]
@@ -156,14 +160,23 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
     results = {s: SideResult(resolved=sess.resolved()) for s, sess in sessions.items()}
     comps: dict[str, list[Completion]] = {s: [] for s in sessions}
     failed: dict[str, SideFailure] = {}
+    busy = {s: 0.0 for s in sessions}            # each side's own time in this workload
+    prog = progress.current()
+    marks = {s: len(sess.dispatch_log()) for s, sess in sessions.items()}
 
     def attempt(side: str, fn, *args) -> None:
         if side in failed:
             return
+        t0 = time.perf_counter()
         try:
             fn(*args)
         except Exception as e:    # a crashed side is a recorded failure, not a lost run
             failed[side] = SideFailure(*describe_failure(e))
+            if prog:
+                prog.side(side, f"FAILED after {time.perf_counter() - t0:.1f} s: "
+                                f"{failed[side].error[:200]}")
+        finally:
+            busy[side] += time.perf_counter() - t0
 
     def wave(side: str, w: int, lo: int, hi: int) -> None:
         res = results[side]
@@ -177,13 +190,28 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
             res.counters[k] = res.counters.get(k, 0) + v
 
     size = max(1, batch.wave_size)
-    for w, lo in enumerate(range(0, len(batch.prompts), size)):
+    starts = list(range(0, len(batch.prompts), size))
+    for w, lo in enumerate(starts):
         for side in wave_order(list(sessions), w):
             attempt(side, wave, side, w, lo, min(lo + size, len(batch.prompts)))
+        if prog:
+            prog.wave(w + 1, len(starts))
+    profiled_s = dict.fromkeys(sessions, 0.0)
     if batch.profile_limit > 0:
         for side, sess in sessions.items():
+            before = busy[side]
             attempt(side, _profiled_pass, sess, results[side], batch, device)
+            profiled_s[side] = busy[side] - before
     for side, sess in sessions.items():
-        attempt(side, _collect_dispatch, sess, results[side])
+        attempt(side, _collect_dispatch, sess, results[side], marks[side])
+
+    def refresh(side: str) -> None:      # what only the end knows (e.g. sync-check sites)
+        results[side].resolved = sessions[side].resolved()
+    for side in sessions:
+        attempt(side, refresh, side)
+        if prog and side not in failed:
+            prog.side(side, f"done in {busy[side]:.1f} s ({len(starts)} waves"
+                            + (f", profiled pass {profiled_s[side]:.1f} s"
+                               if batch.profile_limit > 0 else "") + ")")
     ok = {s: r for s, r in results.items() if s not in failed}
     return ok, {s: c for s, c in comps.items() if s not in failed}, failed

@@ -7,23 +7,22 @@ recorded as a failure; the other workloads still run and report.
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-
-from tqdm import tqdm
+from typing import Any
 
 from workloads import get_workload
 
+from . import progress, references
 from .collectors.agreement import first_divergence
-from . import references
 from .compare import compare, latency_summary
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, BadInput
 from .execute import describe_failure
 from .results import RunWriter, check_out, environment
 from .suite import Suite
+from .progress import Progress
 from .targets.base import SideSpec, Unsupported, get_target, side_label
 from .worker import DEFAULT_CALL_TIMEOUT_S, HostPool
 
@@ -63,30 +62,118 @@ def _failure(workload: str, side: str, e: Exception) -> dict:
 class Isolation:
     """How sessions are hosted: each in its own engine process with a deadline per call
     (harness.worker; the default), or in this process (`--in-process`: for debugging with
-    a debugger or py-spy, where a crash or hang of the engine ends the run)."""
+    a debugger or py-spy, where a crash or hang of the engine ends the run); and how much of
+    the GPU the engines resident at once may take together (`--gpu-memory-utilization`:
+    each of them asks its engine for an equal share)."""
 
     in_process: bool = False
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    gpu_memory_utilization: float = 0.85
 
 
-def _open(side: str, spec: SideSpec, options, iso: Isolation, pool: HostPool, log: Path):
-    if iso.in_process:
-        return get_target(spec.target).open(spec, options)
-    return pool.open(side, spec.target, spec, options, log)
+SIDES = ("baseline", "candidate")
+OPEN_ORDER = ("candidate", "baseline")   # a candidate that cannot start costs no baseline start
 
 
-def _attach_log(fail: dict, log: Path) -> None:
+def _attach_log(fail: dict, log: Path | None) -> None:
     """A failure keeps the path of its engine's log (copied into the run directory)."""
-    if log.is_file():
+    if log is not None and log.is_file():
         fail["engine_log"] = f"engine-logs/{log.name}"
 
 
+class SessionCache:
+    """The sessions open now, one per side, each with the engine key it was opened for.
+    A workload whose engine shape gives the same key reuses them (a vLLM engine start is
+    tens of seconds); a different key closes the old ones first (their GPU memory must be
+    free before the new engines ask for theirs)."""
+
+    def __init__(self, iso: Isolation, pool: HostPool) -> None:
+        self.iso, self.pool = iso, pool
+        self.open: dict[str, tuple[Any, Any, Path]] = {}     # side -> (key, session, log)
+
+    def log(self, side: str) -> Path | None:
+        return self.open[side][2] if side in self.open else None
+
+    def discard(self, side: str) -> None:
+        if side in self.open:
+            _, sess, _ = self.open.pop(side)
+            try:
+                sess.close()
+            except Exception:          # a broken engine is retired either way
+                pass
+
+    def close_all(self) -> None:
+        for side in list(self.open):
+            self.discard(side)
+
+    def acquire(self, wanted: dict[str, tuple[Any, SideSpec, Any, Path]], prog
+                ) -> tuple[dict[str, Any], dict[str, Exception]]:
+        """{side: (key, spec, options, log)} -> (sessions, {side: exception})."""
+        for side in list(self.open):
+            if side not in wanted or self.open[side][0] != wanted[side][0]:
+                self.discard(side)
+        sessions, errors = {}, {}
+        for side in OPEN_ORDER:
+            if side not in wanted:
+                continue
+            key, spec, options, log = wanted[side]
+            if side in self.open:
+                sessions[side] = self.open[side][1]
+                prog.side(side, "engine reused (same engine shape)")
+                continue
+            prog.side(side, "starting engine")
+            t0 = time.perf_counter()
+            try:
+                if self.iso.in_process:
+                    sess = get_target(spec.target).open(spec, options)
+                else:
+                    sess = self.pool.open(side, spec.target, spec, options, log)
+            except Exception as e:
+                errors[side] = e
+                prog.side(side, f"engine did not start after {time.perf_counter() - t0:.1f} s")
+                if isinstance(e, Unsupported):
+                    break                 # the workload is skipped: open nothing more
+                continue
+            prog.side(side, f"engine ready in {time.perf_counter() - t0:.1f} s")
+            self.open[side] = (key, sess, log)
+            sessions[side] = sess
+        return sessions, errors
+
+
 def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]:
-    if failures:
+    """A failed side, or a check that could not measure what it gates ("not measured"),
+    is an error (exit 3): never a pass."""
+    if failures or any(c["verdict"] == "error" for c in checks):
         return "error", EXIT_RUN_FAILED
     if any(c["verdict"] == "regression" for c in checks):
         return "regression", EXIT_REGRESSION
     return "pass", EXIT_PASS
+
+
+def _engine_key(target, spec: SideSpec, options) -> Any:
+    """The target's engine key; a target without one (a plug-in) reuses an engine only for
+    an identical side and shape."""
+    fn = getattr(target, "engine_key", None)
+    return fn(spec, options) if fn else (spec, options)
+
+
+def _unsupported(target, spec: SideSpec, options, needs: frozenset[str]) -> str | None:
+    fn = getattr(target, "unsupported", None)
+    return fn(spec, options, needs) if fn else None
+
+
+def _engine_plan(plan: list, sides: dict[str, SideSpec], targets: dict, iso: Isolation) -> list:
+    """Each plan entry with its engine options (memory share set) and engine keys, in an
+    order that runs workloads sharing an engine shape back to back (stable otherwise)."""
+    share = iso.gpu_memory_utilization / len(sides)   # every side's engine is resident
+    out, first_seen = [], {}
+    for wid, entry, wl, params, items in plan:
+        options = replace(wl.engine_options(params), gpu_memory_share=share)
+        keys = tuple(_engine_key(targets[spec.target], spec, options)
+                     for _, spec in sorted(sides.items()))
+        first_seen.setdefault(keys, len(first_seen))
+        out.append((first_seen[keys], len(out), (wid, entry, wl, params, items, options)))
+    return [x for *_, x in sorted(out, key=lambda t: (t[0], t[1]))]
 
 
 def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
@@ -94,6 +181,9 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
               save_reference: bool = False,
               isolation: Isolation | None = None) -> tuple[dict, int, Path]:
     iso = isolation or Isolation()
+    if not 0 < iso.gpu_memory_utilization <= 0.95:
+        raise BadInput(f"--gpu-memory-utilization must be in (0, 0.95], got "
+                       f"{iso.gpu_memory_utilization}")
     targets = {s.target: get_target(s.target) for s in (base, cand)}
     if save_reference and (cand.faults or base.faults):
         raise BadInput("--save-reference stores known-good counts: it cannot run with --fault")
@@ -123,71 +213,95 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
         points = wl.points(params) if hasattr(wl, "points") else [("", params)]
         for suffix, pp in points:           # a sweep is one entry, many engine shapes
             plan.append((f"{entry.id}.{suffix}" if suffix else entry.id, entry, wl, pp, items))
+    specs = dict(baseline=base, candidate=cand)
+    ordered = _engine_plan(plan, specs, targets, iso)
 
     writer = RunWriter(out)
     logs = Path(tempfile.mkdtemp(prefix="mrbench-engine-logs-"))
     pool = HostPool(iso.timeout_s)
+    cache = SessionCache(iso, pool)
     checks, failures, resolved, metrics = [], [], {}, {}
     unsupported: list[dict] = []
-    bar = tqdm(total=2 * len(plan), desc=f"mrbench {suite.name}", unit="side",
-               file=log or sys.stderr,      # looked up now: the stream may have been replaced
-               disable=None)
     t_start = time.time()
     saved: dict[str, dict] = {}
-    for wid, entry, wl, params, items in plan:
-        sessions, n_fail = {}, len(failures)
-        side_logs = {s: logs / f"{wid}.{s}.log" for s in ("baseline", "candidate")}
-        for side, spec in (("baseline", base), ("candidate", cand)):
-            bar.set_postfix_str(f"{wid}: opening {side} ({spec.target}:{spec.runner})")
-            try:
-                sessions[side] = _open(side, spec, wl.engine_options(params), iso, pool,
-                                       side_logs[side])
-            except Unsupported as e:          # not this machine's: say so, it is no failure
-                unsupported.append(dict(workload=wid, side=side, target=spec.target,
-                                        reason=str(e)))
-            except Exception as e:
-                failures.append(_failure(wid, side, e))
-        if any(u["workload"] == wid for u in unsupported):
-            for sess in sessions.values():
-                sess.close()
-            sessions = {}
-        results = {}
-        try:
-            if sessions:
-                bar.set_postfix_str(f"{wid}: {' + '.join(sessions)}")
-                results, failed = wl.run(sessions, items, params, base.device)
-                failures += [dict(workload=wid, side=s, error=f.error,
-                                  traceback=f.traceback) for s, f in failed.items()]
-        except Exception as e:       # the workload itself crashed: both sides fail
-            failures += [_failure(wid, s, e) for s in sessions]
+    prog = Progress(len(ordered), f"mrbench {suite.name}", log)
+    prog.side_names = {s: side_label(sp, specs["candidate" if s == "baseline" else "baseline"])
+                       for s, sp in specs.items()}
+    prog.line(f"{suite.name}: {len(ordered)} workloads, candidate "
+              f"{side_label(cand, base)} vs baseline {side_label(base, cand)} on {base.device}")
+    with progress.active(prog):
+        for wid, entry, wl, params, items, options in ordered:
+            prog.workload = wid
+            prog.status(wid)
+            n_fail = len(failures)
+            needs = getattr(wl, "needs", frozenset())
+            why = {s: r for s, sp in specs.items()
+                   if (r := _unsupported(targets[sp.target], sp, options, needs))}
+            if why:                        # not this machine's: say so, it is no failure
+                for s, r in why.items():
+                    unsupported.append(dict(workload=wid, side=s, target=specs[s].target,
+                                            reason=r))
+                    prog.side(s, f"unsupported here: {r}")
+                prog.advance()
+                continue
+            wanted = {s: (_engine_key(targets[sp.target], sp, options), sp, options,
+                          logs / f"{wid}.{s}.log") for s, sp in specs.items()}
+            sessions, errors = cache.acquire(wanted, prog)
+            for side, e in errors.items():
+                if isinstance(e, Unsupported):
+                    unsupported.append(dict(workload=wid, side=side,
+                                            target=specs[side].target, reason=str(e)))
+                else:
+                    failures.append(_failure(wid, side, e))
+                    _attach_log(failures[-1], wanted[side][3])
+            if errors:                     # nothing runs on one side: keep the engines
+                prog.advance()
+                continue
             results = {}
-        finally:
-            for sess in sessions.values():
-                sess.close()
-        for f in failures[n_fail:]:
-            _attach_log(f, side_logs[f["side"]])
-        bar.update(2)
-        if len(results) == 2:                # per-request agreement, for tables and plots
-            for row, b, c in zip(results["candidate"].requests, results["baseline"].tokens,
-                                 results["candidate"].tokens):
-                row["first_divergence"] = first_divergence(b, c)
-                row["agrees"] = row["first_divergence"] == -1
-        for side, res in results.items():
-            writer.add_side(wid, side, res)
-            resolved.setdefault(wid, {})[side] = res.resolved
-            metrics.setdefault(wid, {})[side] = latency_summary(res)
-            saved.setdefault(side, {})[wid] = dict(params=params.model_dump(), profile=res.profile)
-        if len(results) == 2:
-            ref = references.load(results["candidate"].resolved, wid, params.model_dump())
-            checks += [c.to_dict() for c in compare(wid, results["baseline"],
+            try:
+                prog.status(f"{wid}: {' + '.join(sessions)}")
+                results, failed = wl.run(sessions, items, params, base.device)
+                for s, f in failed.items():
+                    failures.append(dict(workload=wid, side=s, error=f.error,
+                                         traceback=f.traceback))
+            except Exception as e:       # the workload itself crashed: both sides fail
+                failures += [_failure(wid, s, e) for s in sessions]
+                results = {}
+            for f in failures[n_fail:]:
+                _attach_log(f, cache.log(f["side"]))
+                cache.discard(f["side"])     # an engine that failed mid-workload is retired
+            prog.advance()
+            if len(results) == 2:             # per-request agreement, for tables and plots
+                for row, b, c in zip(results["candidate"].requests,
+                                     results["baseline"].tokens,
+                                     results["candidate"].tokens):
+                    row["first_divergence"] = first_divergence(b, c)
+                    row["agrees"] = row["first_divergence"] == -1
+            for side, res in results.items():
+                writer.add_side(wid, side, res)
+                resolved.setdefault(wid, {})[side] = res.resolved
+                metrics.setdefault(wid, {})[side] = latency_summary(res)
+                saved.setdefault(side, {})[wid] = dict(params=params.model_dump(),
+                                                       profile=res.profile)
+            if len(results) == 2:
+                ref = references.load(results["candidate"].resolved, wid, params.model_dump())
+                new = [c.to_dict() for c in compare(wid, results["baseline"],
                                                     results["candidate"],
                                                     suite.thresholds_for(entry.id), ref)]
-    bar.close()
-    pool.shutdown()
-    for f in sorted(logs.iterdir()):
-        writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
-    shutil.rmtree(logs, ignore_errors=True)
-    verdict, code = overall_verdict(checks, failures)
+                checks += new
+                bad = [f"{c['metric']} {c['verdict']}" for c in new
+                       if c["verdict"] in ("regression", "error")]
+                prog.line(f"{wid}: {len(new)} checks" + (f"; {', '.join(bad)}" if bad
+                                                          else ", no regression"))
+        cache.close_all()
+        pool.shutdown()
+        order = {w: i for i, (w, *_) in enumerate(plan)}        # report in the suite's order
+        checks.sort(key=lambda c: order.get(c["workload"], len(order)))
+        for f in sorted(logs.iterdir()):
+            writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
+        shutil.rmtree(logs, ignore_errors=True)
+        verdict, code = overall_verdict(checks, failures)
+        prog.line(f"{suite.name}: verdict {verdict} in {time.time() - t_start:.0f} s")
     target_name = base.target if base.target == cand.target else f"{cand.target}~{base.target}"
     summary = dict(verdict=verdict, suite=suite.name, target=target_name,
                    baseline=side_label(base, cand), candidate=side_label(cand, base),

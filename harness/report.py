@@ -511,6 +511,51 @@ def _request_counts(requests: pd.DataFrame | None, workload: str) -> dict[str, i
     return out
 
 
+RAN_FIELDS = (("engine", "engine"), ("runner_class", "runner class"),
+              ("attention_backend", "attention backend"), ("cudagraph_mode", "CUDA graphs"),
+              ("device", "device"), ("dtype", "dtype"), ("faults", "faults"),
+              ("startup_s", "engine start (s)"))
+
+
+def _engine_of(r: dict) -> str:
+    if r.get("engine_name"):
+        return str(r["engine_name"])
+    if r.get("vllm_version"):
+        return f"vLLM {r['vllm_version']}"
+    return str(r.get("target") or "?")
+
+
+def _what_ran(manifest: Any) -> list[dict]:
+    """Per side, what actually ran (read back from the engines, across workloads): the
+    header a reader checks first. Values that differ between workloads are all listed."""
+    if not isinstance(manifest, dict):
+        return []
+    resolved = manifest.get("resolved") or {}
+    sides = manifest.get("sides") or {}
+    rows = []
+    for side in SIDES:
+        seen: dict[str, list[str]] = {k: [] for k, _ in RAN_FIELDS}
+        for per_side in resolved.values():
+            r = (per_side or {}).get(side) if isinstance(per_side, dict) else None
+            if not isinstance(r, dict):
+                continue
+            vals = dict(r, engine=_engine_of(r),
+                        faults=", ".join(r.get("faults") or []) or "none",
+                        startup_s=fmt_num(r.get("startup_s"), sig=3))
+            for k, _ in RAN_FIELDS:
+                v = str(vals.get(k) if vals.get(k) not in (None, "") else "-")
+                if v not in seen[k]:
+                    seen[k].append(v)
+        spec = sides.get(side) or {}
+        if not any(seen.values()):
+            if not spec:
+                continue
+            seen["device"] = [str(spec.get("device", "-"))]
+        rows.append(dict(side=side, runner=f"{spec.get('target', '?')}:{spec.get('runner', '?')}",
+                         **{k: "; ".join(v) or "-" for k, v in seen.items()}))
+    return rows
+
+
 def _build_context(run_dir: Path) -> dict:
     summary, summary_err = _read_json(run_dir / "summary.json")
     if not isinstance(summary, dict):
@@ -569,6 +614,10 @@ def _build_context(run_dir: Path) -> dict:
         "workloads": workloads,
         "manifest": manifest_text,
         "manifest_error": manifest_err,
+        "ran": _what_ran(manifest),
+        "ran_fields": RAN_FIELDS,
+        "git_sha": (manifest or {}).get("git_sha") if isinstance(manifest, dict) else None,
+        "git_dirty": (manifest or {}).get("git_dirty") if isinstance(manifest, dict) else None,
         "missing_files": [n for n in ("requests.csv", "itl.csv", "steps.csv")
                           if ctx[n[:-4]] is None],
     }

@@ -52,7 +52,9 @@ def _one_error(capsys, args):
 @pytest.mark.parametrize("args, words", [
     (["--candidate", "vllm:v2"], "GPU-only"),
     (["--candidate", "vllm:v3"], "runners v2, v1"),
-    (["--candidate", "vllm:v1", "--fault", "stale-slot-state"], "no fault switches"),
+    (["--candidate", "vllm:v1", "--fault", "seq-lens-sync"], "v1 runner has none"),
+    (["--candidate", "vllm:v2", "--fault", "nosuch"], "unknown vllm fault"),
+    (["--candidate", "vllm:v2", "--fault", "seq-lens-sync"], "written against vLLM 0.26.0"),
     (["--candidate", "nosuch:v1"], "unknown target"),
 ])
 def test_bad_vllm_sides_are_one_line_and_exit_2(tmp_path, capsys, args, words):

@@ -32,6 +32,7 @@ class WarmupCoverage:
     name = "warmup"
     description = "warmup coverage: dispatch classes warmed vs served, for k in 0..4"
     Params = Params
+    needs = frozenset({"dispatch_log"})     # the target must report warmup's dispatch classes
 
     def points(self, p: Params) -> list[tuple[str, Params]]:
         return [(f"k{k}", p.model_copy(update=dict(k=k))) for k in p.ks]

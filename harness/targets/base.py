@@ -34,6 +34,8 @@ class EngineOptions:
     pd_disagg: bool = False
     dtype: str = "auto"
     state_audit: bool = False            # bundled only: poison freed slots, audit each step
+    gpu_memory_share: float | None = None   # fraction of the GPU this engine may take (set by
+                                            # the orchestrator: every resident engine shares it)
 
 
 @dataclass
@@ -137,6 +139,14 @@ class Target(Protocol):
 
     def info(self) -> dict[str, Any]:
         """Runners and faults this target offers (for `mrbench list`)."""
+
+    def unsupported(self, side: SideSpec, options: EngineOptions,
+                    needs: frozenset[str] = frozenset()) -> str | None:
+        """Why this engine shape (or a workload needing `needs`, e.g. "dispatch_log") cannot
+        run here, asked before any engine starts; None if it can."""
+
+    def engine_key(self, side: SideSpec, options: EngineOptions) -> Any:
+        """Equal keys = one engine can serve both workloads (it is reused, not restarted)."""
 
 
 class Unsupported(Exception):

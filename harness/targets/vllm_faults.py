@@ -1,0 +1,115 @@
+"""Historic MRv2 bugs put back into real vLLM, inside the engine's process only.
+
+A fault is a source patch of one vLLM function, written against one vLLM release from the
+upstream PR's own diff: the pre-fix line comes back in place of the fix. It is applied at
+engine start, before the engine is built, by recompiling the function from its patched
+source in its own module's namespace and setting it on its class. The installed vLLM files
+are never touched, and no other process sees the change.
+
+A patch names the exact line it replaces; if that line is not found exactly once in the
+installed function (another release, a local edit), the fault is refused rather than
+applied somewhere else. The release check runs first, in the harness's process, so a
+mismatch is one line and exit 2 before any engine starts.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BadInput
+
+
+@dataclass(frozen=True)
+class SourcePatch:
+    module: str            # e.g. "vllm.v1.worker.gpu.model_runner"
+    qualname: str          # "Class.method" or "function"
+    old: str               # the fixed line as it stands in the release (stripped match)
+    new: str               # the pre-fix line(s), same indentation as `old`
+
+
+@dataclass(frozen=True)
+class VllmFault:
+    name: str
+    pr: int
+    what: str
+    versions: tuple[str, ...]          # vLLM releases the patch was written against
+    patches: tuple[SourcePatch, ...]
+
+
+FAULTS: dict[str, VllmFault] = {f.name: f for f in (
+    VllmFault(
+        "seq-lens-sync", 40654,
+        "V2's prepare_inputs reads the device seq_lens back to the host every step (the "
+        "pre-fix `seq_lens_cpu`), instead of the numpy upper bound",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.prepare_inputs",
+            old="seq_lens_cpu_upper_bound = torch.from_numpy(seq_lens_cpu_upper_bound_np)",
+            new="seq_lens_cpu_upper_bound = seq_lens.cpu()  # mrbench fault seq-lens-sync "
+                "(vLLM PR 40654 reverted): a device-to-host read per step"),)),
+)}
+
+
+def check(names: tuple[str, ...], installed: str | None) -> None:
+    """BadInput (one line) for an unknown fault or a vLLM release it was not written for."""
+    for n in names:
+        if n not in FAULTS:
+            raise BadInput(f"unknown vllm fault {n!r}; known: {', '.join(sorted(FAULTS))}")
+        f = FAULTS[n]
+        if installed not in f.versions:
+            raise BadInput(f"vllm fault {n!r} (PR {f.pr}) is written against vLLM "
+                           f"{', '.join(f.versions)}; installed is {installed or 'none'}")
+
+
+def _owner_and_function(p: SourcePatch) -> tuple[Any, str, Any]:
+    mod = importlib.import_module(p.module)
+    *path, name = p.qualname.split(".")
+    owner: Any = mod
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, name, inspect.unwrap(getattr(owner, name))
+
+
+def patched_source(source: str, p: SourcePatch) -> str:
+    """`source` with the line `p.old` replaced by `p.new` (kept at its indentation);
+    ValueError unless `p.old` is there exactly once."""
+    lines = source.splitlines()
+    hits = [i for i, ln in enumerate(lines) if ln.strip() == p.old.strip()]
+    if len(hits) != 1:
+        raise ValueError(f"{p.qualname}: the line to replace was found {len(hits)} times "
+                         f"(expected once): {p.old!r}")
+    i = hits[0]
+    indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+    lines[i:i + 1] = [indent + ln for ln in p.new.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def _apply_patch(p: SourcePatch) -> None:
+    owner, name, fn = _owner_and_function(p)
+    code = fn.__code__
+    if code.co_freevars:                # closures (zero-argument super()) cannot be rebuilt
+        raise ValueError(f"{p.qualname} uses closure variables {code.co_freevars}; "
+                         "it cannot be recompiled from source")
+    src = textwrap.dedent(inspect.getsource(fn))
+    new_src = patched_source(src, p)
+    ns: dict[str, Any] = {}
+    exec(compile(new_src, f"<mrbench fault: {p.qualname}>", "exec"), fn.__globals__, ns)
+    setattr(owner, name, ns[name])
+
+
+def apply(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Apply the faults in this process (the engine's); what was patched, for the
+    manifest."""
+    import vllm
+    check(names, getattr(vllm, "__version__", None))
+    done = []
+    for n in names:
+        f = FAULTS[n]
+        for p in f.patches:
+            _apply_patch(p)
+            done.append(dict(fault=n, pr=f.pr, function=f"{p.module}.{p.qualname}",
+                             old=p.old, new=p.new))
+    return done

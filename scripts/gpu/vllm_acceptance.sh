@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Real vLLM V2 against V1 on a GPU machine: the acceptance runs, then the GPU tests on them.
+# Usage: scripts/gpu/vllm_acceptance.sh OUT_DIR [STEPS]   (STEPS: comma list of
+#   smoke, fault, quick, tests; default all). Needs vLLM importable (pip, or the kit in
+#   ../shared/vllm-gpu: `source env.sh`) and CUDA. Writes OUT_DIR/runs/<name>/ (results),
+#   <name>.stdout/.stderr, OUT_DIR/timings.txt, OUT_DIR/pytest.log, OUT_DIR/runs.tgz.
+#   smoke  `run smoke` V2 vs V1, clean: must pass
+#   fault  `run smoke --fault seq-lens-sync --vllm-sync-check warn` (vLLM PR 40654 put back
+#          into V2's prepare_inputs): must fail syncs_per_step and sync_check_warnings
+#   quick  `run quick --vllm-sync-check warn`, clean, timed: must pass (<= 10 min on an H100)
+#   tests  tests/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=$(realpath -m "${1:?usage: vllm_acceptance.sh OUT_DIR [STEPS]}")
+steps=",${2:-smoke,fault,quick,tests},"
+py=${PYTHON:-python3}
+mkdir -p "$out/runs"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  $py -c "import torch, vllm; print('torch', torch.__version__, '| vllm', vllm.__version__)"
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+run() {                                   # run NAME ARGS...: one mrbench run, timed
+  local name=$1; shift
+  local t0=$SECONDS
+  $py -m harness run "$@" --target vllm --device cuda --candidate v2 --baseline v1 \
+      --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
+  local rc=$?
+  echo "$name: exit $rc in $((SECONDS - t0)) s ($*)" | tee -a "$out/timings.txt"
+  grep -E "^(gsm8k|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
+}
+[[ $steps == *,smoke,* ]] && run smoke-clean smoke
+[[ $steps == *,fault,* ]] && run smoke-fault smoke --fault seq-lens-sync --vllm-sync-check warn
+[[ $steps == *,quick,* ]] && run quick-clean quick --vllm-sync-check warn
+if [[ $steps == *,tests,* ]]; then
+  MRBENCH_VLLM_GPU_RUNS="$out/runs" $py -m pytest -q -p no:cacheprovider \
+      tests/test_vllm_gpu.py 2>&1 | tee "$out/pytest.log" | tail -25
+fi
+tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null

@@ -1,0 +1,163 @@
+"""Real vLLM: Model Runner V2 against V1 on a GPU. Skipped without CUDA and vLLM.
+
+These are the acceptance runs of the vllm target on the GPU: smoke and quick pass clean, and
+vLLM PR 40654's bug put back into V2 (`--fault seq-lens-sync`: `prepare_inputs` reads the
+device `seq_lens` back every step) fails `syncs_per_step`, and vLLM's own sync checker's
+warnings with it. Every engine start costs tens of seconds, so each run is made once per
+session: by the fixtures here, or beforehand by scripts/gpu/vllm_acceptance.sh, whose run
+directories `MRBENCH_VLLM_GPU_RUNS` points at (DIR/smoke-clean, DIR/smoke-fault,
+DIR/quick-clean, each with the run's stderr beside it).
+"""
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.cli import main
+from harness.phases import HOT_PHASES
+from harness.targets.vllm import installed_version
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(
+    installed_version() is None or not _cuda(),
+    reason="needs vLLM and a CUDA GPU (vLLM's Model Runner V2 is GPU-only); "
+           "run scripts/gpu/vllm_acceptance.sh on a GPU machine")
+
+RUNS = {
+    "smoke-clean": ["smoke"],
+    "smoke-fault": ["smoke", "--fault", "seq-lens-sync", "--vllm-sync-check", "warn"],
+    "quick-clean": ["quick", "--vllm-sync-check", "warn"],
+}
+
+
+class Run:
+    def __init__(self, path: Path, stderr: str) -> None:
+        self.path, self.stderr = path, stderr
+        self.summary = json.loads((path / "summary.json").read_text())
+        self.manifest = json.loads((path / "manifest.json").read_text())
+
+    def check(self, workload: str, metric: str) -> dict:
+        return next(c for c in self.summary["checks"]
+                    if c["workload"] == workload and c["metric"] == metric)
+
+    def resolved(self, workload: str, side: str) -> dict:
+        return self.manifest["resolved"][workload][side]
+
+    def profile(self) -> pd.DataFrame:
+        return pd.read_csv(self.path / "profile.csv")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    made = os.environ.get("MRBENCH_VLLM_GPU_RUNS")
+    cache: dict[str, Run] = {}
+
+    def get(name: str) -> Run:
+        if name not in cache:
+            if made and (Path(made) / name / "summary.json").is_file():
+                err = Path(made) / f"{name}.stderr"
+                cache[name] = Run(Path(made) / name, err.read_text() if err.is_file() else "")
+            else:
+                import contextlib
+                import io
+                out = tmp_path_factory.mktemp("vllm-gpu") / name
+                buf = io.StringIO()
+                with contextlib.redirect_stderr(buf):
+                    main(["run", *RUNS[name], "--target", "vllm", "--device", "cuda",
+                          "--candidate", "v2", "--baseline", "v1", "--out", str(out)])
+                cache[name] = Run(out, buf.getvalue())
+        return cache[name]
+    return get
+
+
+def test_smoke_v2_against_v1_passes_clean(runs):
+    r = runs("smoke-clean")
+    assert r.summary["verdict"] == "pass", (r.summary["failures"],
+                                            [c for c in r.summary["checks"]
+                                             if c["verdict"] != "pass" and c["verdict"] != "info"])
+    cand, base = r.resolved("gsm8k", "candidate"), r.resolved("gsm8k", "baseline")
+    assert cand["runner_class"] == "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
+    assert base["runner_class"].endswith("gpu_model_runner.GPUModelRunner")
+    assert (cand["runner"], base["runner"]) == ("v2", "v1")
+    assert r.check("gsm8k", "token_agreement")["candidate"] == 1.0
+
+
+def test_both_engines_share_the_gpu(runs):
+    """Both sides are resident at once (ABBA), so each asked vLLM for half of 0.85."""
+    r = runs("smoke-clean")
+    for side in ("baseline", "candidate"):
+        kv = r.resolved("gsm8k", side)["kv_cache"]
+        assert kv["gpu_memory_utilization"] == pytest.approx(0.425)
+        assert kv["num_gpu_blocks"] and kv["num_gpu_blocks"] > 0
+
+
+def test_every_hot_phase_ran_on_both_sides_and_v2_waits_only_for_its_output(runs):
+    """The harness's own phase ranges attached to V2 and V1: every hot phase ran in every
+    profiled step, so V2's zero hot syncs is a measurement, not the absence of labels; the
+    one wait V2 makes on purpose (its output copy's event) is in the output phase."""
+    r = runs("smoke-clean")
+    prof = r.profile()
+    for side, g in prof.groupby("side"):
+        assert (g["ran_prepare"] > 0).mean() > 0.8, side      # (a step may only collect)
+        for p in HOT_PHASES:
+            assert g[f"ran_{p}"].sum() > 0 and g[f"events_{p}"].sum() > 0, (side, p)
+    v2 = prof[prof.side == "candidate"]
+    assert v2["syncs_hot"].sum() == 0
+    assert v2["cudaEventSynchronize"].sum() > 0 and v2["syncs_output"].sum() > 0
+    sync = r.check("gsm8k", "syncs_per_step")
+    assert sync["verdict"] == "pass" and sync["candidate"] == 0
+    probe = r.resolved("gsm8k", "candidate")["phase_probe"]
+    assert not probe["missing"] and set(probe["attached"]) >= set(HOT_PHASES)
+
+
+def test_the_40654_reinjection_fails_syncs_per_step_and_vllms_own_checker(runs):
+    r = runs("smoke-fault")
+    assert r.summary["verdict"] == "regression"
+    sync = r.check("gsm8k", "syncs_per_step")
+    assert sync["verdict"] == "regression" and sync["candidate"] >= 0.8
+    prof = r.profile()
+    v2 = prof[prof.side == "candidate"]
+    assert (v2["syncs_prepare"] >= 1).mean() > 0.8    # (nearly) every step, in prepare
+    assert v2["syncs_prepare"].sum() == v2["syncs_hot"].sum()
+    warn = r.check("gsm8k", "sync_check_warnings")
+    assert warn["verdict"] == "regression" and warn["candidate"] > 0
+    patches = r.resolved("gsm8k", "candidate")["fault_patches"]
+    assert patches and patches[0]["pr"] == 40654
+    # the fault changed what the runner computes from, not what it outputs
+    assert r.check("gsm8k", "token_agreement")["verdict"] == "pass"
+
+
+def test_quick_passes_clean_and_says_what_it_could_not_run(runs):
+    r = runs("quick-clean")
+    assert r.summary["verdict"] == "pass", r.summary["failures"]
+    warn = r.check("gsm8k", "sync_check_warnings")
+    assert warn["verdict"] == "pass" and warn["candidate"] == 0
+    reasons = {u["workload"]: u["reason"] for u in r.summary["unsupported"]}
+    assert "ngram" in reasons["spec.k2-ngram-b4"] and "eagle" in reasons["spec.k2-ngram-b4"]
+    assert "PD disaggregation" in reasons["gsm8k-pd"]
+    assert all("warmup coverage" in reasons[f"warmup.k{k}"] for k in range(5))
+
+
+def test_progress_lines_name_workload_side_and_engine_start(runs):
+    err = runs("quick-clean").stderr
+    for side, runner in (("candidate", "v2"), ("baseline", "v1")):
+        assert f"gsm8k / {side} ({runner}): engine ready in" in err
+        assert f"gsm8k / {side} ({runner}): done in" in err
+    assert "unsupported here" in err and "verdict pass" in err
+
+
+def test_report_header_shows_what_ran(runs):
+    html = (runs("smoke-clean").path / "report.html").read_text()
+    assert 'id="what-ran"' in html and "GPUModelRunner" in html
+    assert "vLLM " + installed_version() in html
+    assert "<details>" in html
