@@ -29,6 +29,7 @@ run() {                                   # run NAME ARGS...: one mrbench run, t
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s ($*)" | tee -a "$out/timings.txt"
   grep -E "^(gsm8k|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
+  tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null   # after every run: a kill keeps these
 }
 [[ $steps == *,smoke,* ]] && run smoke-clean smoke
 [[ $steps == *,fault,* ]] && run smoke-fault smoke --fault seq-lens-sync --vllm-sync-check warn
