@@ -66,11 +66,13 @@ def environment() -> dict[str, Any]:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             versions[pkg] = None
-    sha = _git("rev-parse", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if sha else None
-    if sha is None and os.environ.get("MRBENCH_GIT_SHA"):
-        # a copy of the tree without .git (a device machine): the sha it was copied from
+    if os.environ.get("MRBENCH_GIT_SHA"):
+        # a copy of the tree whose .git is not its source's (a GPU machine's copy of a
+        # checkout): the sha the copy was made from, as its sender says
         sha, dirty = os.environ["MRBENCH_GIT_SHA"], None
+    else:
+        sha = _git("rev-parse", "HEAD")
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if sha else None
     dev = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
