@@ -125,3 +125,91 @@ def test_a_vllm_failure_is_recorded_and_the_other_workloads_report(tmp_path, cap
     assert "UNSUPPORTED HERE pd" in printed
     html = (out / "report.html").read_text()
     assert "impossible" in html and "max_num_batched_tokens" in html and "unsupported" in html
+
+
+# ---- memory, unsupported shapes, start errors, faults: no engine needed ---------------
+from harness.errors import BadInput  # noqa: E402
+from harness.targets import vllm_faults  # noqa: E402
+from harness.targets.base import Unsupported  # noqa: E402
+from harness.targets.vllm import start_error, unsupported_reason  # noqa: E402
+
+
+def test_each_engine_asks_vllm_for_its_share_of_the_gpu():
+    side = SideSpec("v2", device="cuda", target="vllm")
+    assert llm_kwargs(side, EngineOptions(gpu_memory_share=0.425), "/m", 64)[
+        "gpu_memory_utilization"] == 0.425
+    assert llm_kwargs(side, EngineOptions(), "/m", 64)["gpu_memory_utilization"] == 0.85
+
+
+def test_what_v2_cannot_run_is_said_before_any_engine_starts():
+    v2, v1 = SideSpec("v2", device="cuda", target="vllm"), SideSpec("v1", target="vllm")
+    ngram = EngineOptions(num_speculative_tokens=2, speculative_method="ngram")
+    assert "ngram" in unsupported_reason(v2, ngram) and "eagle" in unsupported_reason(v2, ngram)
+    assert "draft_model" in unsupported_reason(
+        v2, EngineOptions(num_speculative_tokens=2, speculative_method="draft"))
+    assert unsupported_reason(v1, ngram) is None                 # V1 takes n-gram drafts
+    assert unsupported_reason(v2, EngineOptions()) is None
+    assert "PD disaggregation" in unsupported_reason(v1, EngineOptions(pd_disagg=True))
+    assert "warmup coverage" in unsupported_reason(v1, EngineOptions(),
+                                                   frozenset({"dispatch_log"}))
+
+
+def test_an_engine_start_error_is_one_line_naming_its_cause():
+    side, opts = SideSpec("v2", device="cuda", target="vllm"), EngineOptions(gpu_memory_share=0.425)
+    mem = start_error(ValueError(
+        "Free memory on device cuda:0 (10.86/79.18 GiB) on startup is less than desired GPU "
+        "memory utilization (0.425, 33.6 GiB). Decrease GPU memory\nutilization or ..."), side, opts)
+    assert "\n" not in str(mem) and "0.425" in str(mem) and "--gpu-memory-utilization" in str(mem)
+    refused = start_error(ValueError("Model Runner V2 does not yet support: ngram/ngram_gpu "
+                                     "speculative decoding"), side, opts)
+    assert isinstance(refused, Unsupported) and "unsupported here" in str(refused)
+    other = RuntimeError("boom")
+    assert start_error(other, side, opts) is other
+
+
+def test_gpu_memory_utilization_is_checked_up_front(tmp_path, capsys):
+    line = _one_error(capsys, ["run", "smoke", "--gpu-memory-utilization", "0",
+                               "--out", str(tmp_path / "o")])
+    assert "--gpu-memory-utilization" in line and not (tmp_path / "o").exists()
+
+
+def test_a_vllm_fault_is_refused_for_a_release_it_was_not_written_for():
+    vllm_faults.check(("seq-lens-sync",), "0.26.0")
+    for bad, words in ((("seq-lens-sync",), "written against vLLM 0.26.0"),
+                       (("nope",), "unknown vllm fault")):
+        try:
+            vllm_faults.check(bad, "0.32.0")
+        except BadInput as e:
+            assert words in str(e)
+        else:
+            raise AssertionError("not refused")
+
+
+def test_a_fault_patch_replaces_exactly_one_line_or_refuses(tmp_path, monkeypatch):
+    """The patch mechanism on a module of our own: the line comes back in the function, on
+    its class, in this process only; a missing or doubled line is refused."""
+    (tmp_path / "toy_runner_mod.py").write_text(
+        "import math\n\n\nclass Runner:\n    def step(self, x):\n"
+        "        y = math.floor(x)\n        return y + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import toy_runner_mod
+    p = vllm_faults.SourcePatch("toy_runner_mod", "Runner.step", old="y = math.floor(x)",
+                                new="y = math.ceil(x)  # the pre-fix line")
+    assert toy_runner_mod.Runner().step(1.5) == 2
+    vllm_faults._apply_patch(p)
+    assert toy_runner_mod.Runner().step(1.5) == 3
+    assert "math.floor" in (tmp_path / "toy_runner_mod.py").read_text()   # file untouched
+    missing = vllm_faults.SourcePatch("toy_runner_mod", "Runner.step", old="nope", new="x")
+    with pytest.raises(ValueError, match="found 0 times"):
+        vllm_faults._apply_patch(missing)
+
+
+@pytest.mark.skipif(installed_version() != "0.26.0", reason="the vllm faults are written "
+                    "against vLLM 0.26.0 (the GPU kit); another release is refused")
+def test_every_vllm_fault_patch_finds_its_line_in_the_installed_release():
+    import inspect
+    import textwrap
+    for f in vllm_faults.FAULTS.values():
+        for p in f.patches:
+            _, _, fn = vllm_faults._owner_and_function(p)
+            vllm_faults.patched_source(textwrap.dedent(inspect.getsource(fn)), p)

@@ -75,8 +75,7 @@ def installed_version() -> str | None:
 def engine_env(side: SideSpec, sync_check: str | None = None) -> dict[str, str]:
     """The environment one side's engine runs under; set before vLLM is imported."""
     env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if side.runner == "v2" else "0",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0",       # engine core in this process
-           "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}     # phase ranges for the profiler
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}       # engine core in this process
     if side.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
     if sync_check:

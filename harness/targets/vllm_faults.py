@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
+import linecache
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +53,9 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
             new="seq_lens_cpu_upper_bound = seq_lens.cpu()  # mrbench fault seq-lens-sync "
                 "(vLLM PR 40654 reverted): a device-to-host read per step"),)),
 )}
+
+
+_serial = itertools.count(1)
 
 
 def check(names: tuple[str, ...], installed: str | None) -> None:
@@ -95,8 +100,12 @@ def _apply_patch(p: SourcePatch) -> None:
                          "it cannot be recompiled from source")
     src = textwrap.dedent(inspect.getsource(fn))
     new_src = patched_source(src, p)
+    # a file name of its own, its text in linecache: tracebacks and sync-check warnings
+    # show the patched line, and a second patch of the same function can read it back
+    filename = f"<mrbench fault: {p.qualname} #{next(_serial)}>"
+    linecache.cache[filename] = (len(new_src), None, new_src.splitlines(True), filename)
     ns: dict[str, Any] = {}
-    exec(compile(new_src, f"<mrbench fault: {p.qualname}>", "exec"), fn.__globals__, ns)
+    exec(compile(new_src, filename, "exec"), fn.__globals__, ns)
     setattr(owner, name, ns[name])
 
 

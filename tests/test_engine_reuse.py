@@ -1,0 +1,50 @@
+"""Engines are reused across workloads of one engine shape, and a run says what it is doing
+on stderr, line by line, when stderr is a file (nightly logs)."""
+import json
+
+from harness.cli import main
+
+SUITE = """name: reuse
+workloads:
+  - id: a
+    workload: gsm8k
+    params: {limit: 2, max_num_seqs: 2, max_tokens: 16, profile_limit: 1}
+  - id: b
+    workload: gsm8k
+    params: {limit: 2, max_num_seqs: 3, max_tokens: 16, profile_limit: 1}
+  - id: c
+    workload: gsm8k
+    params: {limit: 3, seed: 1000003, max_num_seqs: 2, max_tokens: 16, profile_limit: 1}
+"""
+
+
+def test_workloads_of_one_engine_shape_share_the_engines_and_progress_is_printed(
+        tmp_path, capsys):
+    suite = tmp_path / "reuse.yaml"
+    suite.write_text(SUITE)
+    out = tmp_path / "run"
+    code = main(["run", str(suite), "--out", str(out)])
+    err = capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["verdict"] == "pass", summary["failures"]
+    lines = [ln for ln in err.splitlines() if ln.startswith("[mrbench +")]
+    # a and c share a shape (limit and problem seed are not part of it): a, c, then b
+    starts = [ln for ln in lines if "starting engine" in ln]
+    reused = [ln for ln in lines if "engine reused" in ln]
+    assert len(starts) == 4 and len(reused) == 2
+    assert all(" c / " in ln for ln in reused)
+    order = [ln.split("] ")[1].split(" / ")[0] for ln in lines if "done in" in ln]
+    assert order == ["a", "a", "c", "c", "b", "b"]
+    for side, runner in (("candidate", "v2"), ("baseline", "v1")):
+        assert any(f"a / {side} ({runner}): engine ready in" in ln for ln in lines)
+    assert lines[-1].endswith("s") and "verdict pass" in lines[-1]
+    # the summary keeps the suite's order, and each workload has its own checks and requests
+    assert [c["workload"] for c in summary["checks"]][0] == "a"
+    assert {c["workload"] for c in summary["checks"]} == {"a", "b", "c"}
+    assert summary["checks"].index(next(c for c in summary["checks"] if c["workload"] == "b")) \
+        < summary["checks"].index(next(c for c in summary["checks"] if c["workload"] == "c"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["resolved"]["c"]["candidate"]["startup_s"] == \
+        manifest["resolved"]["a"]["candidate"]["startup_s"]          # the same engine
+    html = (out / "report.html").read_text()
+    assert 'id="what-ran"' in html and "runner_impl" in html and "<details>" in html
