@@ -97,8 +97,6 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
                               enable_prefix_caching=False,      # like the bundled runner
                               gpu_memory_utilization=0.3 if side.device == "cpu" else
                               round(options.gpu_memory_share or DEFAULT_GPU_SHARE, 4))
-    if side.device.startswith("cuda:"):
-        os.environ.setdefault("CUDA_VISIBLE_DEVICES", side.device.split(":", 1)[1])
     k = options.num_speculative_tokens
     if k:
         if options.speculative_method == "ngram":
@@ -170,6 +168,8 @@ class VllmSession:
         if why:
             raise Unsupported(why)
         os.environ.update(engine_env(side, sync_check))
+        if side.device.startswith("cuda:"):          # this engine's process sees one GPU
+            os.environ.setdefault("CUDA_VISIBLE_DEVICES", side.device.split(":", 1)[1])
         t0 = time.perf_counter()
         self._sync_warnings = 0
         self._sync_sites: Counter[str] = Counter()
