@@ -480,10 +480,16 @@ def cmd_list(a: argparse.Namespace) -> int:
             print(f"  {n:<12} {d}")
     print("targets:")
     for n, d in info["targets"].items():
-        print(f"  {n:<12} runners: {', '.join(d['runners'])}")
-    print("faults (apply to the candidate with --fault NAME):")
+        print(f"  {n:<12} runners: {', '.join(d['runners'])}; faults: "
+              f"{', '.join(d.get('faults') or []) or 'none'}"
+              + (f"; {d['notes']}" if d.get("notes") else ""))
+    print("bundled faults (apply to the candidate with --fault NAME):")
     for n, f in info["faults"].items():
         print(f"  {n:<24} vLLM PR {f['vllm_pr']}: {f['bug_class']}")
+    from .targets.vllm_faults import FAULTS as VLLM_FAULTS
+    print("vllm faults (--target vllm --candidate v2 --fault NAME; the vLLM release named):")
+    for n, vf in VLLM_FAULTS.items():
+        print(f"  {n:<24} vLLM PR {vf.pr}, vLLM {', '.join(vf.versions)}: {vf.what}")
     return EXIT_PASS
 
 
