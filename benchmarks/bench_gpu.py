@@ -260,10 +260,12 @@ def bench_model(name: str, model_dir: Path, a: argparse.Namespace, log) -> dict:
 def sync_probe(model_dir: Path, faults: list[str]) -> dict:
     """V2 serving a mixed workload under mrbench's profiler collector (as `mrbench run`
     does: after warmup), syncs per step in the measured phases, from CUDA runtime events."""
-    from harness.collectors.profiler import HOT_PHASES, count_per_step, profiled
-    phases = ("prepare", "forward", "sample", "postprocess", "output")
+    from harness.collectors.profiler import count_per_step, profiled
+    from harness.phases import HOT_PHASES, PHASE_LABELS, STEP_LABEL
+    from harness.targets.bundled import label_phases
     llm = LLM(model_dir, device="cuda", max_num_seqs=16, max_num_batched_tokens=256,
               num_speculative_tokens=1, faults=faults)
+    label_phases(llm)                                      # the harness's phase ranges
     rng = random.Random(1)
     vocab = llm.model_config.vocab_size
     prompts = [[rng.randrange(3, vocab) for _ in range(rng.randint(8, 60))] for _ in range(24)]
@@ -271,7 +273,7 @@ def sync_probe(model_dir: Path, faults: list[str]) -> dict:
     llm.generate(prompts[:4], sp)                           # one round before counting
     with profiled("cuda") as prof:
         llm.generate(prompts, sp)
-    rows = count_per_step(prof.events, "mrbench::step", {p: f"mrbench::{p}" for p in phases})
+    rows = count_per_step(prof.events, STEP_LABEL, PHASE_LABELS, "cuda")
     hot = [r["syncs_hot"] for r in rows]
     calls = {c: sum(r[c] for r in rows) for c in ("cudaStreamSynchronize", "cudaEventSynchronize",
                                                   "cudaDeviceSynchronize", "cudaMemcpy",

@@ -17,7 +17,9 @@ The phases (the same names for every runner):
 - output: the host's wait for the step's output copy. MRv2 waits here on purpose (one event
   per step), so it is not part of the hot path.
 
-A `PhaseMap` names, per phase, where the ranges go, as attribute paths from the runner:
+A `PhaseMap` names, per phase (and "step", the range steps are cut by, where the engine's
+own step is not already wrapped by its target), where the ranges go, as attribute paths
+from the runner:
 `"execute_model"` wraps a method, `"model()"` the call of an `nn.Module` (forward hooks; its
 class may be compiled), `"sample_tokens().get_output"` the method of what a call returns (V2's
 host wait happens in `AsyncOutput.get_output`, later). A path that does not resolve on the
@@ -36,7 +38,8 @@ HOT_PHASES = PHASES[:4]
 STEP_LABEL = "mrbench::step"
 PHASE_LABELS = {p: f"mrbench::{p}" for p in PHASES}
 
-PhaseMap = tuple[tuple[str, str], ...]      # (phase, attribute path from the runner)
+PhaseMap = tuple[tuple[str, str], ...]      # (phase, attribute path from the runner);
+                                            # phase "step" = the step range itself
 
 # vLLM's Model Runner V2 (vllm/v1/worker/gpu/model_runner.py, 0.26): execute_model prepares
 # and runs the model (FULL graphs replay in run_fullgraph; PIECEWISE and eager call the
@@ -61,6 +64,28 @@ VLLM_V1: PhaseMap = (
     ("sample", "_sample"),
     ("postprocess", "sample_tokens"),
     ("output", "sample_tokens().get_output"),
+)
+
+
+# The bundled runners (runner_impl): one method per phase. V2's step is `_launch` (the step
+# without its output copy; execute_model and execute_model_async both call it), its output
+# the copy methods; V1's step is execute_model (it has no separate output copy).
+BUNDLED_V2: PhaseMap = (
+    ("step", "_launch"),
+    ("prepare", "_prepare"),
+    ("forward", "_forward"),
+    ("sample", "_sample"),
+    ("postprocess", "_postprocess"),
+    ("output", "_wait_uploads"),
+    ("output", "_start_copy"),
+    ("output", "_finish_copy"),
+)
+BUNDLED_V1: PhaseMap = (
+    ("step", "execute_model"),
+    ("prepare", "_prepare"),
+    ("forward", "_forward"),
+    ("sample", "_sample"),
+    ("postprocess", "_postprocess"),
 )
 
 
@@ -147,7 +172,7 @@ def install(runner: Any, phase_map: PhaseMap) -> PhaseProbe:
     probe = PhaseProbe()
     ordered = sorted(phase_map, key=lambda pp: "()." not in pp[1])
     for phase, path in ordered:
-        label = PHASE_LABELS[phase]
+        label = STEP_LABEL if phase == "step" else PHASE_LABELS[phase]
         ok = False
         if path.endswith("()"):
             obj = runner

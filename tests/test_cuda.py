@@ -16,6 +16,8 @@ import torch
 
 from conftest import RUNNER_KW, make_prompts, run
 from harness.collectors.profiler import count_per_step, profiled
+from harness.phases import PHASE_LABELS, STEP_LABEL
+from harness.targets.bundled import label_phases
 from runner_impl import LLM, SamplingParams
 from runner_impl.default_model import DEFAULT_MODEL_DIR
 
@@ -23,7 +25,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA device; CI machines have none")
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("prepare", "forward", "sample", "postprocess", "output")
 
 
 @pytest.mark.parametrize("kw", [
@@ -190,12 +191,13 @@ def v2_syncs_per_step(model_dir, faults=()) -> list[dict]:
     collector's counts, from raw Kineto events including CUDA runtime calls."""
     llm = LLM(model_dir, device="cuda", num_speculative_tokens=2, faults=faults,
               **{**RUNNER_KW, "dtype": "float32"})
+    label_phases(llm)                    # the harness's step and phase ranges
     prompts = make_prompts(16, seed=4)
     llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=4))   # not counted
     replays0 = llm.cores[0].runner.cudagraphs.num_replays
     with profiled("cuda") as prof:
         llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16))
-    rows = count_per_step(prof.events, "mrbench::step", {p: f"mrbench::{p}" for p in PHASES})
+    rows = count_per_step(prof.events, STEP_LABEL, PHASE_LABELS, "cuda")
     assert len(rows) > 10
     assert llm.cores[0].runner.cudagraphs.num_replays > replays0      # graphs were in the pass
     return rows

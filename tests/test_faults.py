@@ -10,6 +10,7 @@ import pytest
 from torch.profiler import ProfilerActivity, profile
 
 from conftest import RUNNER_KW, make_prompts
+from harness.targets.bundled import label_phases
 from runner_impl import FAULTS, LLM, SamplingParams
 from runner_impl.v2.dispatch import is_prefill_key
 
@@ -31,6 +32,7 @@ def op_counts_per_window(prof, label: str) -> list[collections.Counter]:
 
 def observe(model_dir, prompts, faults=(), k=1):
     llm = LLM(model_dir, pd_disagg=True, num_speculative_tokens=k, faults=faults, **RUNNER_KW)
+    label_phases(llm)                    # the harness's step and phase ranges
     slack: list[int] = []
     first_decode_slots: dict[str, int] = {}
     slot_history: collections.Counter = collections.Counter()

@@ -175,3 +175,25 @@ def test_vllms_sync_checker_warnings_gate_the_candidate():
 def test_error_checks_fail_the_run_but_info_does_not():
     info = Check("w", "m", "", None, None, None, None, None, "-", "-", "info").to_dict()
     assert overall_verdict([info], []) == ("pass", 0)
+
+
+def test_the_bundled_runners_are_labelled_by_the_harness_not_by_themselves():
+    """runner_impl emits no profiler ranges; `label_phases` puts the harness's around each
+    runner's phase methods, and then every phase of every step is seen to run."""
+    from runner_impl import LLM, SamplingParams
+    from harness.targets.bundled import label_phases
+    for runner in ("v2", "v1"):
+        llm = LLM(None, runner=runner, max_num_seqs=2, num_speculative_tokens=1)
+        sp = SamplingParams(temperature=0, max_tokens=8)
+        prompts = ["Question: 2+3?\nAnswer:", "Question: 7-4?\nAnswer:"]
+        with profiled("cpu") as bare:
+            llm.generate(prompts, sp)
+        assert not any(n.startswith("mrbench::") for n, *_ in bare.events)
+        probe = label_phases(llm)
+        assert probe.missing == [] and set(probe.attached) >= {"step", *phases.HOT_PHASES}
+        with profiled("cpu") as prof:
+            llm.generate(prompts, sp)
+        rows = count_per_step(prof.events, phases.STEP_LABEL, phases.PHASE_LABELS, "cpu")
+        assert rows, runner
+        for p in phases.HOT_PHASES:
+            assert all(r[f"ran_{p}"] == 1 for r in rows), (runner, p)

@@ -8,6 +8,7 @@ import torch
 
 from runner_impl import FAULTS, LLM, RunnerError, SamplingParams
 
+from .. import phases
 from ..errors import BadInput
 from .base import (AuditSample, Completion, EngineOptions, SideSpec, Step, TimedPrompt,
                    register)
@@ -21,7 +22,6 @@ def _version() -> str:
         return version("mrbench")
     except PackageNotFoundError:
         return "source tree"
-PHASES = ("prepare", "forward", "sample", "postprocess", "output")
 
 
 def _draft_model(side: SideSpec, options: EngineOptions) -> str | None:
@@ -33,9 +33,23 @@ def _draft_model(side: SideSpec, options: EngineOptions) -> str | None:
     return side.model or str(default_model_dir())     # self-drafting: exercises the path
 
 
+def label_phases(llm: LLM) -> phases.PhaseProbe:
+    """Put the harness's step and phase ranges around the methods of every runner of a
+    bundled `LLM` (each instance; runner_impl itself emits no profiler labels)."""
+    probe = phases.PhaseProbe()
+    phase_map = phases.BUNDLED_V2 if llm.config.runner == "v2" else phases.BUNDLED_V1
+    for core in llm.cores:
+        got = phases.install(core.runner, phase_map)
+        for p, paths in got.attached.items():
+            probe.attached.setdefault(p, [])
+            probe.attached[p] += [x for x in paths if x not in probe.attached[p]]
+        probe.missing += [m for m in got.missing if m not in probe.missing]
+    return probe
+
+
 class BundledSession:
-    step_label = "mrbench::step"
-    phase_labels = {p: f"mrbench::{p}" for p in PHASES}
+    step_label = phases.STEP_LABEL
+    phase_labels = dict(phases.PHASE_LABELS)
 
     def __init__(self, side: SideSpec, options: EngineOptions) -> None:
         t0 = time.perf_counter()
@@ -49,6 +63,7 @@ class BundledSession:
                        pd_disagg=options.pd_disagg, dtype=options.dtype,
                        debug_poison_freed_slots=options.state_audit and side.runner == "v2")
         self.startup_s = time.perf_counter() - t0      # load + warmup
+        self.probe = label_phases(self.llm)
         self.vocab_size = self.llm.model_config.vocab_size
         self._audits: list[AuditSample] = []
         self.auditing = False          # the driver turns it on outside timed passes
@@ -177,6 +192,7 @@ class BundledSession:
                     engine_name=f"runner_impl (mrbench {_version()})",
                     runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
                     attention_backend=self._attention_backend(), cudagraph_mode=graphs,
+                    phase_probe=self.probe.as_dict(),
                     device=str(cfg.torch_device),
                     dtype=str(cfg.torch_dtype).removeprefix("torch."),
                     model=str(self.llm.model_dir), faults=list(self.side.faults),

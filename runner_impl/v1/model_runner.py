@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch.profiler import record_function
 
 from ..config import EngineConfig
 from ..engine.outputs import ModelRunnerOutput, SchedulerOutput
@@ -87,52 +86,69 @@ class ModelRunnerV1:
             query_lens_cpu=[n for _, _, n in rows])
         return ids, meta
 
+    # One step = prepare -> forward -> sample -> postprocess, one method each, so a harness
+    # can put its own profiler ranges around them (mrbench: harness/phases.py, BUNDLED_V1).
     @torch.inference_mode()
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
-        with record_function("mrbench::step"):
-            with record_function("mrbench::prepare"):
-                for req_id in sched.finished_req_ids | sched.preempted_req_ids:
-                    self.reqs.pop(req_id, None)
-                for new in sched.scheduled_new_reqs:
-                    self.reqs[new.req_id] = _Req(
-                        list(new.all_token_ids), list(new.block_ids), new.num_computed_tokens,
-                        new.prefill_len, new.sampling_params,
-                        make_generator(new.seed, self.device),
-                        draft_computed=new.num_computed_tokens)
-                c = sched.scheduled_cached_reqs
-                for req_id, nc, blocks in zip(c.req_ids, c.num_computed_tokens, c.new_block_ids):
-                    self.reqs[req_id].num_computed = nc
-                    self.reqs[req_id].block_ids += blocks
-                if not sched.total_num_scheduled_tokens:
-                    return ModelRunnerOutput([], [], [])
-                req_ids = sched.req_ids
-                reqs = [self.reqs[r] for r in req_ids]
-                for rid, req in zip(req_ids, reqs):
-                    req.drafts = list(sched.scheduled_spec_decode_tokens.get(rid, []))
-                nsched = [sched.num_scheduled_tokens[r] for r in req_ids]
-                ids, meta = self._meta([(q, q.num_computed, n) for q, n in zip(reqs, nsched)])
-                samples = [q.num_computed + n >= q.prefill_len for q, n in zip(reqs, nsched)]
-            self.dispatch_log.append((self.phase, ("v1", len(ids))))
-            with record_function("mrbench::forward"):
-                hidden = self.model(torch.tensor(ids, device=self.device), meta, self.kv_caches)
-                ends = meta.query_start_loc.tolist()[1:]
-                rows = [hidden[e - 1 - len(q.drafts):e] for e, q in zip(ends, reqs)]
-                logits = [self.model.compute_logits(h) for h in rows]
-            with record_function("mrbench::sample"):
-                params = BatchParams.from_params([q.params for q in reqs],
-                                                 [q.generator for q in reqs], samples, self.device)
-                if not any(q.drafts for q in reqs):
-                    toks = sample(torch.stack([lg[-1] for lg in logits]), params).tolist()
-                    sampled = [[t] if s else [] for t, s in zip(toks, samples)]
-                else:
-                    sampled = [self._verify(lg, q, g) if s else []
-                               for lg, q, g, s in zip(logits, reqs, params.generators, samples)]
-            with record_function("mrbench::postprocess"):
-                for q, toks in zip(reqs, sampled):
-                    q.token_ids += toks
-                    q.drafts = []
-                drafts = self._propose(reqs, sampled)
+        prepared = self._prepare(sched)
+        if prepared is None:
+            return ModelRunnerOutput([], [], [])
+        req_ids, reqs, ids, meta, samples = prepared
+        self.dispatch_log.append((self.phase, ("v1", len(ids))))
+        logits = self._forward(reqs, ids, meta)
+        sampled = self._sample(reqs, logits, samples)
+        drafts = self._postprocess(reqs, sampled)
         return ModelRunnerOutput(req_ids, sampled, drafts, ("v1", len(ids)))
+
+    def _prepare(self, sched: SchedulerOutput
+                 ) -> tuple[list[str], list[_Req], list[int], AttentionMetadata, list[bool]] | None:
+        """Rebuild the batch from the per-request lists; None for an empty step."""
+        for req_id in sched.finished_req_ids | sched.preempted_req_ids:
+            self.reqs.pop(req_id, None)
+        for new in sched.scheduled_new_reqs:
+            self.reqs[new.req_id] = _Req(
+                list(new.all_token_ids), list(new.block_ids), new.num_computed_tokens,
+                new.prefill_len, new.sampling_params,
+                make_generator(new.seed, self.device),
+                draft_computed=new.num_computed_tokens)
+        c = sched.scheduled_cached_reqs
+        for req_id, nc, blocks in zip(c.req_ids, c.num_computed_tokens, c.new_block_ids):
+            self.reqs[req_id].num_computed = nc
+            self.reqs[req_id].block_ids += blocks
+        if not sched.total_num_scheduled_tokens:
+            return None
+        req_ids = sched.req_ids
+        reqs = [self.reqs[r] for r in req_ids]
+        for rid, req in zip(req_ids, reqs):
+            req.drafts = list(sched.scheduled_spec_decode_tokens.get(rid, []))
+        nsched = [sched.num_scheduled_tokens[r] for r in req_ids]
+        ids, meta = self._meta([(q, q.num_computed, n) for q, n in zip(reqs, nsched)])
+        samples = [q.num_computed + n >= q.prefill_len for q, n in zip(reqs, nsched)]
+        return req_ids, reqs, ids, meta, samples
+
+    def _forward(self, reqs: list[_Req], ids: list[int], meta: AttentionMetadata
+                 ) -> list[torch.Tensor]:
+        """The model, then each request's logits rows (its drafts' and its last token's)."""
+        hidden = self.model(torch.tensor(ids, device=self.device), meta, self.kv_caches)
+        ends = meta.query_start_loc.tolist()[1:]
+        rows = [hidden[e - 1 - len(q.drafts):e] for e, q in zip(ends, reqs)]
+        return [self.model.compute_logits(h) for h in rows]
+
+    def _sample(self, reqs: list[_Req], logits: list[torch.Tensor], samples: list[bool]
+                ) -> list[list[int]]:
+        params = BatchParams.from_params([q.params for q in reqs],
+                                         [q.generator for q in reqs], samples, self.device)
+        if not any(q.drafts for q in reqs):
+            toks = sample(torch.stack([lg[-1] for lg in logits]), params).tolist()
+            return [[t] if s else [] for t, s in zip(toks, samples)]
+        return [self._verify(lg, q, g) if s else []
+                for lg, q, g, s in zip(logits, reqs, params.generators, samples)]
+
+    def _postprocess(self, reqs: list[_Req], sampled: list[list[int]]) -> list[list[int]]:
+        for q, toks in zip(reqs, sampled):
+            q.token_ids += toks
+            q.drafts = []
+        return self._propose(reqs, sampled)
 
     def _draft_dist(self, logits: torch.Tensor, q: _Req) -> torch.Tensor:
         t = torch.tensor([q.params.temperature], device=self.device)

@@ -1,8 +1,8 @@
 """The MRv2-style model runner: persistent slots, device truth, host mirror, no syncs.
 
-One step = prepare -> forward -> sample -> postprocess, each under a profiler label
-(`mrbench::<phase>`), then one device-to-host copy of the sampled tokens in `output`,
-outside the measured phases. On CUDA, uniform-decode forwards replay CUDA graphs captured
+One step = prepare -> forward -> sample -> postprocess, one method each (a harness puts its
+profiler ranges around them: mrbench's harness/phases.py), then one device-to-host copy of
+the sampled tokens (the output methods), outside the measured phases. On CUDA, uniform-decode forwards replay CUDA graphs captured
 at warmup (`cuda_graph.py`); everything else runs eagerly.
 """
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from torch.profiler import record_function
 
 from ..config import EngineConfig
 from ..engine.outputs import ModelRunnerOutput, SchedulerOutput
@@ -106,18 +105,19 @@ class ModelRunnerV2:
         self.sampling.apply_staged_writes()
         self.block_tables.apply_staged_writes()
 
-    # ---- one step --------------------------------------------------------------------
+    # ---- one step ----------------------------------------------------------------------
+    # Each phase is one method (prepare, forward, sample, postprocess; output = the copy
+    # methods below), so a harness can put its own profiler ranges around them
+    # (mrbench: harness/phases.py, BUNDLED_V2) instead of trusting labels in the runner.
     @torch.inference_mode()
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         """One step, waited for: its output is on the host when this returns."""
         step = self._launch(sched)
         if step is None:
             if self._host_bufs:                      # CUDA: outside the measured phases
-                with record_function("mrbench::output"):
-                    self._wait_uploads()
+                self._wait_uploads()
             return ModelRunnerOutput([], [], [])
-        with record_function("mrbench::output"):
-            return self._finish_copy(step[0], *self._start_copy(*step))
+        return self._finish_copy(step[0], *self._start_copy(*step))
 
     @torch.inference_mode()
     def execute_model_async(self, sched: SchedulerOutput) -> "AsyncOutput":
@@ -129,65 +129,83 @@ class ModelRunnerV2:
         if step is None:
             ev = self._record_event()
             return AsyncOutput(lambda: ModelRunnerOutput([], [], []), ev)
-        with record_function("mrbench::output"):
-            host, ev = self._start_copy(*step)
+        host, ev = self._start_copy(*step)
         return AsyncOutput(lambda: self._finish_copy(step[0], host, None), ev)
 
     def _launch(self, sched: SchedulerOutput
                 ) -> tuple[InputBatch, torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
-        """prepare -> forward -> sample -> postprocess, queued on the device; None if the
-        step scheduled nothing (it still applied frees and admissions)."""
-        with record_function("mrbench::step"):
-            with record_function("mrbench::prepare"):
-                self.staging.new_step()
-                self._update_states(sched)
-                empty = not sched.total_num_scheduled_tokens
-                if not empty:
-                    batch = prepare_inputs(self.state, self.block_tables, sched, self.k,
-                                           self.faults, self.step_graphs)
-                    params = self.sampling.batch_params(batch.idx_mapping_np,
-                                                        batch.idx_mapping, batch.samples_token,
-                                                        lazy=batch.graphed)
-            if empty:
-                return None
-            self.dispatch_log.append((self.phase, batch.dispatch_key))
-            with record_function("mrbench::forward"):
-                replayed = None
-                if self.cudagraphs is not None and batch.dispatch_key[0] == "uniform_decode":
-                    replayed = self.cudagraphs.run(batch)     # None: no captured size fits
-                R, W = batch.logits_indices.shape
-                if replayed is not None and replayed[1] is not None:
-                    logits = replayed[1].view(R, W, -1)       # k = 0: computed in the graph
-                else:
-                    hidden = (replayed[0] if replayed is not None
-                              else self.model(batch.input_ids, batch.meta, self.kv_caches))
-                    logits = self.model.compute_logits(hidden[batch.logits_indices.reshape(-1)])
-                    logits = logits.view(R, W, -1)
-            with record_function("mrbench::sample"):
-                if W == 1:
-                    sampled = sample(logits[:, 0], params)[:, None]
-                    num_sampled = None if batch.graphed else batch.samples_token_gpu.long()
-                else:
-                    drafts = self.state.draft_tokens[batch.idx_mapping, :W - 1]
-                    dprobs = (self.proposer.draft_probs[batch.idx_mapping, :W - 1]
-                              if isinstance(self.proposer, DraftModelProposer)
-                              and params.any_random else None)
-                    sampled = rejection_sample(logits, drafts, batch.num_drafts_gpu,
-                                               batch.num_drafts.tolist(), params, dprobs)
-                    num_sampled = count_sampled(sampled, self.faults) * batch.samples_token_gpu
-            packed = None
-            with record_function("mrbench::postprocess"):
-                if batch.graphed:
-                    num_sampled, packed = self.step_graphs.post(R, sampled)
-                else:
-                    self._post_update(batch.idx_mapping, batch.num_scheduled_gpu,
-                                      batch.num_drafts_gpu, sampled, num_sampled)
-                self.state.advance_mirror_in_postprocess(batch.idx_mapping_np, batch.num_scheduled)
-                if isinstance(self.proposer, NgramProposer):
-                    self.proposer.propose(self.state, batch, params)
-                elif self.proposer is not None:
-                    self.proposer.propose(self.state, batch, params, self.block_tables)
+        """One step's prepare -> forward -> sample -> postprocess, queued on the device
+        (the output copy is not part of it); None if the step scheduled nothing (it still
+        applied frees and admissions)."""
+        prepared = self._prepare(sched)
+        if prepared is None:
+            return None
+        batch, params = prepared
+        self.dispatch_log.append((self.phase, batch.dispatch_key))
+        logits = self._forward(batch)
+        sampled, num_sampled = self._sample(batch, logits, params)
+        num_sampled, packed = self._postprocess(batch, params, sampled, num_sampled)
         return batch, sampled, num_sampled, packed
+
+    def _prepare(self, sched: SchedulerOutput) -> tuple[InputBatch, object] | None:
+        """State updates, then the batch's inputs on the device; None for an empty step."""
+        self.staging.new_step()
+        self._update_states(sched)
+        if not sched.total_num_scheduled_tokens:
+            return None
+        batch = prepare_inputs(self.state, self.block_tables, sched, self.k,
+                               self.faults, self.step_graphs)
+        params = self.sampling.batch_params(batch.idx_mapping_np, batch.idx_mapping,
+                                            batch.samples_token, lazy=batch.graphed)
+        return batch, params
+
+    def _forward(self, batch: InputBatch) -> torch.Tensor:
+        """The model (a CUDA-graph replay for uniform decode) and the logits, [R, W, V]."""
+        replayed = None
+        if self.cudagraphs is not None and batch.dispatch_key[0] == "uniform_decode":
+            replayed = self.cudagraphs.run(batch)     # None: no captured size fits
+        R, W = batch.logits_indices.shape
+        if replayed is not None and replayed[1] is not None:
+            return replayed[1].view(R, W, -1)         # k = 0: computed in the graph
+        hidden = (replayed[0] if replayed is not None
+                  else self.model(batch.input_ids, batch.meta, self.kv_caches))
+        logits = self.model.compute_logits(hidden[batch.logits_indices.reshape(-1)])
+        return logits.view(R, W, -1)
+
+    def _sample(self, batch: InputBatch, logits: torch.Tensor, params
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Sampled tokens [R, W] and how many each row keeps (rejection sampling for
+        drafts); None when the step graph counts them."""
+        W = logits.shape[1]
+        if W == 1:
+            sampled = sample(logits[:, 0], params)[:, None]
+            num_sampled = None if batch.graphed else batch.samples_token_gpu.long()
+            return sampled, num_sampled
+        drafts = self.state.draft_tokens[batch.idx_mapping, :W - 1]
+        dprobs = (self.proposer.draft_probs[batch.idx_mapping, :W - 1]
+                  if isinstance(self.proposer, DraftModelProposer)
+                  and params.any_random else None)
+        sampled = rejection_sample(logits, drafts, batch.num_drafts_gpu,
+                                   batch.num_drafts.tolist(), params, dprobs)
+        return sampled, count_sampled(sampled, self.faults) * batch.samples_token_gpu
+
+    def _postprocess(self, batch: InputBatch, params, sampled: torch.Tensor,
+                     num_sampled: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Advance the device truth and the host mirror, propose the next drafts;
+        (num_sampled, packed output or None)."""
+        packed = None
+        if batch.graphed:
+            num_sampled, packed = self.step_graphs.post(batch.logits_indices.shape[0], sampled)
+        else:
+            self._post_update(batch.idx_mapping, batch.num_scheduled_gpu,
+                              batch.num_drafts_gpu, sampled, num_sampled)
+        self.state.advance_mirror_in_postprocess(batch.idx_mapping_np, batch.num_scheduled)
+        if isinstance(self.proposer, NgramProposer):
+            self.proposer.propose(self.state, batch, params)
+        elif self.proposer is not None:
+            self.proposer.propose(self.state, batch, params, self.block_tables)
+        return num_sampled, packed
 
     def capture_cudagraphs(self) -> None:
         """Warmup: capture the uniform-decode graphs (no-op without CUDA graphs)."""
