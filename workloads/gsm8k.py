@@ -32,7 +32,7 @@ class Params(BaseModel):
     max_num_seqs: int = Field(16, ge=1)
     max_num_batched_tokens: int = Field(2048, ge=16)
     num_speculative_tokens: int = Field(0, ge=0, le=8)
-    speculative_method: Literal["ngram", "draft"] = "ngram"
+    speculative_method: Literal["ngram", "draft", "eagle"] = "ngram"   # eagle: vLLM only
     wave_size: int | None = Field(None, ge=1)  # prompts per timed wave; None = 2 x max_num_seqs
     profile_limit: int = Field(8, ge=0)    # prompts in the profiled pass (0 = no profiling)
     state_audit: bool = True               # bundled V2: poison freed slots, audit the mirror

@@ -23,7 +23,10 @@ from .prompts import gsm8k_prompts, serve_prompts
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ks: list[int] = Field([0, 1, 2, 4], min_length=1)
-    proposers: list[Literal["ngram", "draft"]] = Field(["ngram", "draft"], min_length=1)
+    # ngram / draft: the bundled runner and vLLM V1; eagle: vLLM (V2 speculates only with
+    # eagle-family heads; the bundled model's head is runner_impl/assets/gsm8k-tiny-eagle)
+    proposers: list[Literal["ngram", "draft", "eagle"]] = Field(["ngram", "draft"],
+                                                                 min_length=1)
     batch_sizes: list[int] = Field([1, 4, 8], min_length=1)
     seed: int = HELD_OUT_SEEDS[1]
     limit: int = Field(32, ge=1)
@@ -34,7 +37,7 @@ class Params(BaseModel):
     state_audit: bool = True
     # set by points(): the one engine shape of this run
     k: int | None = Field(None, ge=0, le=8)
-    proposer: Literal["ngram", "draft"] | None = None
+    proposer: Literal["ngram", "draft", "eagle"] | None = None
     batch_size: int | None = Field(None, ge=1)
 
 

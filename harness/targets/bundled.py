@@ -248,7 +248,11 @@ class BundledTarget:
 
     def unsupported(self, side: SideSpec, options: EngineOptions,
                     needs: frozenset[str] = frozenset()) -> str | None:
-        return None                       # every workload runs on the bundled runner
+        if options.num_speculative_tokens and options.speculative_method not in (
+                "ngram", "draft"):
+            return (f"the bundled runner drafts with ngram or a draft model, not "
+                    f"{options.speculative_method!r} (unsupported here)")
+        return None
 
     def engine_key(self, side: SideSpec, options: EngineOptions) -> Any:
         from dataclasses import replace

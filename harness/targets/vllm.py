@@ -40,6 +40,7 @@ import re
 import time
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from .. import phases
@@ -102,6 +103,15 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
         if options.speculative_method == "ngram":
             kw["speculative_config"] = dict(method="ngram", num_speculative_tokens=k,
                                             prompt_lookup_min=1, prompt_lookup_max=3)
+        elif options.speculative_method == "eagle":
+            from runner_impl.default_model import DEFAULT_EAGLE_DIR, DEFAULT_MODEL_DIR
+            head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
+                                           if Path(model) == DEFAULT_MODEL_DIR else None)
+            if head is None:
+                raise BadInput("eagle spec decode on your own model needs its EAGLE head "
+                               "(the workload's draft_model)")
+            kw["speculative_config"] = dict(method="eagle", num_speculative_tokens=k,
+                                            model=head)
         else:
             kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
                                             model=options.draft_model or model)
