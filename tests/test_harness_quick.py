@@ -93,6 +93,9 @@ def test_quick_clean_passes(runs):
     req = pd.read_csv(path / "requests.csv")
     assert set(req["workload"]) == {"gsm8k", "gsm8k-pd", "spec.k2-ngram-b4",
                                     *(f"warmup.k{k}" for k in range(5))}
+    # the eagle point is vLLM's (V2's proposer): said, not run, on the bundled runner
+    assert {(u["workload"], u["side"]) for u in summary["unsupported"]} == {
+        ("spec.k2-eagle-b4", "baseline"), ("spec.k2-eagle-b4", "candidate")}
     gsm = req[req.workload.str.startswith("gsm8k")]
     assert gsm["correct_strict"].mean() >= 0.9          # the bundled model reads the problems
     metrics = {c["metric"] for c in summary["checks"]}
