@@ -37,6 +37,7 @@ RUNS = {
     "smoke-clean": ["smoke"],
     "smoke-fault": ["smoke", "--fault", "seq-lens-sync", "--vllm-sync-check", "warn"],
     "quick-clean": ["quick", "--vllm-sync-check", "warn"],
+    "spec-eagle": ["spec-eagle"],
 }
 
 
@@ -146,6 +147,7 @@ def test_quick_passes_clean_and_says_what_it_could_not_run(runs):
     assert warn["verdict"] == "pass" and warn["candidate"] == 0
     reasons = {u["workload"]: u["reason"] for u in r.summary["unsupported"]}
     assert "ngram" in reasons["spec.k2-ngram-b4"] and "eagle" in reasons["spec.k2-ngram-b4"]
+    assert "spec.k2-eagle-b4" not in reasons                 # V2's proposer runs
     assert "PD disaggregation" in reasons["gsm8k-pd"]
     assert all("warmup coverage" in reasons[f"warmup.k{k}"] for k in range(5))
 
@@ -163,3 +165,21 @@ def test_report_header_shows_what_ran(runs):
     assert 'id="what-ran"' in html and "GPUModelRunner" in html
     assert "vLLM " + installed_version() in html
     assert "<details>" in html
+
+
+def test_v2_speculates_with_the_bundled_eagle_head(runs):
+    """k = 2 and 4 with runner_impl/assets/gsm8k-tiny-eagle, V2 against V1: drafts are
+    accepted (vLLM's own counters), greedy tokens agree, and the pass is clean."""
+    r = runs("spec-eagle")
+    assert r.summary["verdict"] == "pass", (r.summary["failures"], [
+        c for c in r.summary["checks"] if c["verdict"] not in ("pass", "info")])
+    for k in (2, 4):
+        wl = f"spec.k{k}-eagle-b4"
+        al = r.check(wl, "mean_acceptance_length")
+        assert al["candidate"] > 1.3 and al["baseline"] > 1.3, al
+        m = r.summary["metrics"][wl]["candidate"]
+        assert [f"acceptance_rate_pos_{j}" in m for j in range(k)] == [True] * k
+        assert r.check(wl, "token_agreement")["verdict"] == "pass"
+        cand = r.resolved(wl, "candidate")
+        assert cand["engine"]["speculative_method"] == "eagle"
+        assert cand["runner_class"].endswith("gpu.model_runner.GPUModelRunner")

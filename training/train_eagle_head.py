@@ -14,10 +14,12 @@ are the target's (vLLM shares them when the checkpoint has none). The head at po
 reads embed(x[i+1]) and the target's final (post-norm) hidden state h[i] and predicts
 x[i+2]; when drafting further it feeds its own output back as the hidden state.
 
-How it is trained: on the bundled model's OWN greedy outputs for GSM8K-format problems of
-training seeds (never held-out ones), with its own hidden states as features (EAGLE's loss:
-smooth-L1 on the next feature + cross-entropy through the frozen lm_head, features with a
-little Gaussian noise so drafting on its own features does not drift).
+How it is trained: on GSM8K-format problems of training seeds (never held-out ones), in the
+format the bundled model was trained on, with the bundled model's OWN hidden states as
+features and its OWN greedy predictions as labels (EAGLE's loss: smooth-L1 on the next
+feature + cross-entropy through the frozen lm_head; features with a little Gaussian noise,
+so drafting on its own features does not drift). Labels from the target rather than from
+the text: a draft is accepted when it equals what the target says, right or wrong.
 
 How it is judged (`--eval-only`, and after training): greedy chain drafting against the
 target on held-out problems, recomputed from scratch at every verify step (no cache, so no
@@ -88,7 +90,7 @@ def load_target(model_dir: Path):
     return model.eval()
 
 
-# ---- data: the target's own greedy outputs ---------------------------------------------
+# ---- data: GSM8K-format problems, the target's own hidden states and predictions -------
 def greedy_sequences(seeds: tuple[int, ...], per_seed: int, max_tokens: int
                      ) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the bundled model's greedy output ids) for the first `per_seed`
@@ -117,29 +119,56 @@ def evaluation_seeds(n: int) -> tuple[int, ...]:
     return seeds
 
 
+def training_sequences(seeds: tuple[int, ...], per_seed: int) -> list[list[int]]:
+    """Problems in the format the bundled model was trained on (BOS, prompt, answer, EOS).
+    Only the inputs come from here: the head's labels are the target's own predictions on
+    them (`features`), so it learns what the target says, right or wrong."""
+    from runner_impl.model.char_tokenizer import BOS, EOS, char_vocab
+    vocab = char_vocab(128)
+    unk = vocab["<unk>"]
+
+    def enc(text: str) -> list[int]:
+        return [vocab.get(c, unk) for c in text]
+    return [[vocab[BOS]] + enc(PROMPT.format(question=p.question)) + enc(" " + p.answer)
+            + [vocab[EOS]] for s in seeds for p in generate(s, per_seed)]
+
+
 @torch.no_grad()
-def features(target, seqs: list[list[int]]) -> list[torch.Tensor]:
-    """The target's final (post-norm) hidden state per position, float16, per sequence."""
-    out = []
-    for ids in seqs:
-        h = target.model(torch.tensor([ids])).last_hidden_state[0]
-        out.append(h.to(torch.float16))
-    return out
+def features(target, seqs: list[list[int]], batch: int = 64
+             ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per sequence: the target's final (post-norm) hidden state per position (float16)
+    and its greedy prediction of the next token there (what a draft must match)."""
+    feats, preds = [], []
+    lm_head = target.get_output_embeddings()
+    for i in range(0, len(seqs), batch):
+        rows = seqs[i:i + batch]
+        L = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), L, dtype=torch.long)
+        for b, r in enumerate(rows):
+            ids[b, :len(r)] = torch.tensor(r)         # right padding: causal, never read
+        h = target.model(ids).last_hidden_state
+        p = lm_head(h).argmax(-1)
+        for b, r in enumerate(rows):
+            feats.append(h[b, :len(r)].to(torch.float16))
+            preds.append(p[b, :len(r)])
+    return feats, preds
 
 
 # ---- training ----------------------------------------------------------------------------
-def _batch(seqs, feats, rows, noise: float, gen: torch.Generator):
-    L = max(len(seqs[r]) for r in rows) - 1
-    ids = torch.zeros(len(rows), L + 1, dtype=torch.long)
-    hid = torch.zeros(len(rows), L + 1, feats[rows[0]].shape[1])
-    mask = torch.zeros(len(rows), L + 1, dtype=torch.bool)
+def _batch(seqs, feats, preds, rows, noise: float, gen: torch.Generator):
+    L = max(len(seqs[r]) for r in rows)
+    ids = torch.zeros(len(rows), L, dtype=torch.long)
+    tgt = torch.zeros(len(rows), L, dtype=torch.long)
+    hid = torch.zeros(len(rows), L, feats[rows[0]].shape[1])
+    mask = torch.zeros(len(rows), L, dtype=torch.bool)
     for b, r in enumerate(rows):
         n = len(seqs[r])
         ids[b, :n] = torch.tensor(seqs[r])
+        tgt[b, :n] = preds[r]
         hid[b, :n] = feats[r].float()
         mask[b, :n] = True
     hin = hid[:, :-1] + noise * torch.randn(hid[:, :-1].shape, generator=gen)
-    return ids, hid, hin, mask
+    return ids, tgt, hid, hin, mask
 
 
 def train(cfg: dict, out: Path, time_budget_s: float | None) -> dict:
@@ -149,10 +178,9 @@ def train(cfg: dict, out: Path, time_budget_s: float | None) -> dict:
     for p in target.parameters():
         p.requires_grad_(False)
     d, t = cfg["data"], cfg["train"]
-    pairs = greedy_sequences(training_seeds(d["seeds"]), d["per_seed"], d["max_tokens"])
-    seqs = [p + g for p, g in pairs if len(p) + len(g) >= 3]
+    seqs = training_sequences(training_seeds(d["seeds"]), d["per_seed"])
     data_s = time.time() - t0
-    feats = features(target, seqs)
+    feats, preds = features(target, seqs)
     feat_s = time.time() - t0 - data_s
     head = EagleHead(head_config(target.config))
     opt = torch.optim.AdamW(head.parameters(), lr=t["lr"], betas=(0.9, 0.95),
@@ -162,29 +190,29 @@ def train(cfg: dict, out: Path, time_budget_s: float | None) -> dict:
     steps, log = t["steps"], []
     t1 = time.time()
     for step in range(10**9):
-        if step == 20 and time_budget_s is not None:       # fit the schedule to the budget
+        if step == 20 and time_budget_s is not None:       # fit the steps to the budget
             per = (time.time() - t1) / 20
-            steps = max(21, min(steps, 20 + int((time_budget_s - (time.time() - t0)) / per)))
+            steps = max(21, min(steps, 20 + int((time_budget_s - (time.time() - t1)) / per)))
         if step >= steps:
             break
         lr = t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1 + math.cos(math.pi * step / steps))
         for g in opt.param_groups:
             g["lr"] = lr
         rows = rng.sample(range(len(seqs)), t["batch_size"])
-        ids, hid, hin, mask = _batch(seqs, feats, rows, t["feature_noise"], gen)
+        ids, tgt, hid, hin, mask = _batch(seqs, feats, preds, rows, t["feature_noise"], gen)
         f = head(embed(ids[:, 1:]), hin)                       # position i: x[i+1], h[i]
         m = mask[:, 1:]                                        # h[i+1] exists
         reg = F.smooth_l1_loss(f[m], hid[:, 1:][m])
-        logits = lm_head(f[:, :-1])                            # predicts x[i+2]
-        cls = F.cross_entropy(logits[mask[:, 2:]], ids[:, 2:][mask[:, 2:]])
+        logits = lm_head(f)                                    # the token after x[i+1]:
+        cls = F.cross_entropy(logits[m], tgt[:, 1:][m])        # what the target predicts
         loss = t["w_reg"] * reg + t["w_cls"] * cls
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), t["grad_clip"])
         opt.step()
         if step % 25 == 0 or step == steps - 1:
-            acc = (logits[mask[:, 2:]].argmax(-1) == ids[:, 2:][mask[:, 2:]]).float().mean()
-            log.append(dict(step=step, loss=float(loss), reg=float(reg), cls=float(cls),
+            acc = (logits[m].argmax(-1) == tgt[:, 1:][m]).float().mean()
+            log.append(dict(step=step, loss=float(loss.detach()), reg=float(reg.detach()), cls=float(cls.detach()),
                             top1=float(acc), s=round(time.time() - t0, 1)))
             print(json.dumps(log[-1]), flush=True)
     save(head, target.config, out, cfg["save_dtype"])
@@ -202,9 +230,13 @@ def save(head: EagleHead, target_config, out: Path, dtype: str) -> None:
     sd = {k: v.detach().to(getattr(torch, dtype)).contiguous()
           for k, v in head.state_dict().items() if not k.startswith("rotary")}
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = target_config.to_dict()
+    write_config(default_model_dir(), out, dtype)
+
+
+def write_config(target_dir: Path, out: Path, dtype: str) -> None:
+    """The target's own config.json with one layer (no paths or defaults added)."""
+    cfg = json.loads((target_dir / "config.json").read_text())
     cfg.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], dtype=dtype)
-    cfg.pop("_attn_implementation", None)
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
@@ -285,10 +317,10 @@ Use: `speculative_config={{"method": "eagle", "model": "<this directory>",
 "num_speculative_tokens": k}}` next to `model=<gsm8k-tiny>`.
 
 ## Training
-- Data: the bundled model's own greedy outputs (runner_impl V2, CPU) for the first
-  {cfg['data']['per_seed']} GSM8K-format problems of {cfg['data']['seeds']} training seeds
-  (`workloads.gsm8k_problems.TRAIN_SEEDS`, never held-out ones), {tr.get('train_sequences', '?')}
-  sequences; features are the target's final (post-norm) hidden states.
+- Data: the first {cfg['data']['per_seed']} GSM8K-format problems of {cfg['data']['seeds']}
+  training seeds (`workloads.gsm8k_problems.TRAIN_SEEDS`, never held-out ones), in the
+  bundled model's training format, {tr.get('train_sequences', '?')} sequences; features are
+  the target's final (post-norm) hidden states, labels its own greedy predictions.
 - Loss: smooth-L1 on the next feature x {cfg['train']['w_reg']} + cross-entropy through the
   frozen lm_head x {cfg['train']['w_cls']}; feature noise N(0, {cfg['train']['feature_noise']}).
 - {tr.get('steps', '?')} steps of {cfg['train']['batch_size']} sequences, AdamW lr

@@ -8,11 +8,12 @@
 #   fault  `run smoke --fault seq-lens-sync --vllm-sync-check warn` (vLLM PR 40654 put back
 #          into V2's prepare_inputs): must fail syncs_per_step and sync_check_warnings
 #   quick  `run quick --vllm-sync-check warn`, clean, timed: must pass (<= 10 min on an H100)
+#   eagle  `run spec-eagle`: V2 spec decode with the bundled EAGLE head, k = 2 and 4
 #   tests  tests/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: vllm_acceptance.sh OUT_DIR [STEPS]}")
-steps=",${2:-smoke,fault,quick,tests},"
+steps=",${2:-smoke,fault,quick,eagle,tests},"
 py=${PYTHON:-python3}
 mkdir -p "$out/runs"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -28,12 +29,13 @@ run() {                                   # run NAME ARGS...: one mrbench run, t
       --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s ($*)" | tee -a "$out/timings.txt"
-  grep -E "^(gsm8k|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
+  grep -E "^(gsm8k|spec|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
   tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null   # after every run: a kill keeps these
 }
 [[ $steps == *,smoke,* ]] && run smoke-clean smoke
 [[ $steps == *,fault,* ]] && run smoke-fault smoke --fault seq-lens-sync --vllm-sync-check warn
 [[ $steps == *,quick,* ]] && run quick-clean quick --vllm-sync-check warn
+[[ $steps == *,eagle,* ]] && run spec-eagle spec-eagle
 if [[ $steps == *,tests,* ]]; then
   MRBENCH_VLLM_GPU_RUNS="$out/runs" $py -m pytest -q -p no:cacheprovider \
       tests/test_vllm_gpu.py 2>&1 | tee "$out/pytest.log" | tail -25
