@@ -46,8 +46,8 @@ from typing import Any
 from .. import phases
 from ..errors import BadInput
 from . import vllm_faults
-from .base import (Completion, EngineOptions, SideSpec, Step, TimedPrompt, Unsupported,
-                   register)
+from .base import (AuditSample, Completion, EngineOptions, SideSpec, Step, TimedPrompt,
+                   Unsupported, register)
 
 RUNNERS = ("v2", "v1")
 # Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
@@ -208,6 +208,7 @@ class VllmSession:
         self.vocab_size = self.engine.vllm_config.model_config.get_vocab_size()
         self.max_model_len = max_model_len
         self.auditing = False
+        self._audits: list[AuditSample] = []
         self._steps: list[Step] = []
         self._next_id = 0
         self._last_sched = None
@@ -326,6 +327,8 @@ class VllmSession:
             outs = self.engine.step()
         t1 = time.perf_counter()
         self._sync_steps += 1
+        if self.auditing:                   # outside the step range: the read is not counted
+            self._audit()
         s = self._last_sched
         if s is not None and s.total_num_scheduled_tokens:
             kind = self._kind(s)
@@ -412,9 +415,25 @@ class VllmSession:
         self._steps = []
         self._counters0 = self._spec_totals()
         self._sync_warnings = self._sync_steps = 0
+        self._audits = []
 
-    def audits(self) -> list:
-        return []
+    def _audit(self) -> None:
+        """V2's host mirror vs the device truth of num_computed_tokens, for every live
+        request, after a step (a device read: only in the profiled pass). The mirror may be
+        ahead by at most k (drafts the scheduler counted before verification; vLLM's
+        `seq_lens_cpu_upper_bound` relies on it being an upper bound); further ahead is
+        the drift of vLLM PR 42202's bug class."""
+        states = getattr(self._runner(), "req_states", None)
+        if states is None or not getattr(states, "req_id_to_index", None):
+            return
+        slots = list(states.req_id_to_index.values())
+        truth = states.num_computed_tokens.gpu[slots].cpu().numpy()
+        slack = states.num_computed_tokens_np[slots] - truth
+        self._audits.append(AuditSample("colocated", len(self._steps) - 1, int(slack.max()),
+                                        int(slack.min()), self.options.num_speculative_tokens))
+
+    def audits(self) -> list[AuditSample]:
+        return list(self._audits)
 
     def resolved(self) -> dict[str, Any]:
         import vllm

@@ -52,6 +52,41 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
             old="seq_lens_cpu_upper_bound = torch.from_numpy(seq_lens_cpu_upper_bound_np)",
             new="seq_lens_cpu_upper_bound = seq_lens.cpu()  # mrbench fault seq-lens-sync "
                 "(vLLM PR 40654 reverted): a device-to-host read per step"),)),
+    VllmFault(
+        "mirror-increment", 42202,
+        "V2's CPU mirror num_computed_tokens_np is no longer set from the scheduler in "
+        "update_requests, and is advanced by the scheduled tokens after sampling instead: "
+        "every rejected draft leaves it further ahead of the device truth",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.update_requests",
+            old="num_computed_tokens_np[req_index] = num_computed_tokens",
+            new="pass  # mrbench fault mirror-increment (vLLM PR 42202 reverted): the mirror "
+                "is not set from the scheduler"),
+         SourcePatch(
+            "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.sample_tokens",
+            old="if self.num_speculative_steps > 0:",
+            new="# mrbench fault mirror-increment (vLLM PR 42202 reverted): advance the "
+                "mirror by what was scheduled\n"
+                "self.req_states.num_computed_tokens_np[input_batch.idx_mapping_np] += "
+                "input_batch.num_scheduled_tokens\n"
+                "if self.num_speculative_steps > 0:"))),
+    VllmFault(
+        "accept-count-cat-argmax", 38372,
+        "the class of PR 38372 (which changed V1's hybrid-model path) where V2 counts "
+        "sampled tokens: the count again via a -1 sentinel column, torch.cat and argmax, "
+        "before get_num_sampled_and_rejected (same values, extra ops and allocations)",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.spec_decode.rejection_sampler", "RejectionSampler.__call__",
+            old="num_sampled, num_rejected = get_num_sampled_and_rejected(",
+            new="# mrbench fault accept-count-cat-argmax (the class of vLLM PR 38372)\n"
+                "_cols = torch.arange(sampled.shape[1], device=sampled.device)\n"
+                "_marked = torch.where(_cols[None, :] < num_sampled[:, None], sampled, -1)\n"
+                "_padded = torch.cat([_marked, _marked.new_full((_marked.shape[0], 1), -1)], "
+                "dim=1)\n"
+                "num_sampled = (_padded == -1).int().argmax(dim=1).to(num_sampled.dtype)\n"
+                "num_sampled, num_rejected = get_num_sampled_and_rejected("),)),
 )}
 
 
