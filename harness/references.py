@@ -20,7 +20,10 @@ from typing import Any
 import numpy as np
 
 REF_DIR = Path(__file__).resolve().parents[1] / "results" / "baselines" / "op-counts"
-IGNORED_PARAMS = ("limit", "wave_size", "scorer")  # do not change the profiled pass
+# Do not change the profiled pass: limits and scoring, and a sweep's lists (`ks`,
+# `proposers`, `batch_sizes`): each point of a sweep is its own entry, defined by its own
+# `k` / `proposer` / `batch_size`, so adding a point to a sweep keeps the others' references.
+IGNORED_PARAMS = ("limit", "wave_size", "scorer", "ks", "proposers", "batch_sizes")
 
 
 def build_key(resolved: dict[str, Any]) -> str:
