@@ -38,6 +38,7 @@ RUNS = {
     "smoke-fault": ["smoke", "--fault", "seq-lens-sync", "--vllm-sync-check", "warn"],
     "quick-clean": ["quick", "--vllm-sync-check", "warn"],
     "spec-eagle": ["spec-eagle"],
+    "warmup-fault": ["warmup-eagle", "--fault", "warmup-short-prefill"],
 }
 
 
@@ -153,7 +154,48 @@ def test_quick_passes_clean_and_says_what_it_could_not_run(runs):
         audit = r.check(wl, "state_audit_violations")
         assert audit["verdict"] == "pass" and audit["candidate"] == 0, audit
     assert "PD disaggregation" in reasons["gsm8k-pd"]
-    assert all("warmup coverage" in reasons[f"warmup.k{k}"] for k in range(5))
+    assert "ngram" in reasons["warmup.k1-ngram"]
+    assert "warmup.k0" not in reasons and "warmup.k1-eagle" not in reasons
+
+
+def _classes(run: "Run", workload: str, side: str, phase: str) -> set[str]:
+    d = pd.read_csv(run.path / "dispatch.csv")
+    d = d[(d.workload == workload) & (d.side == side) & (d.phase == phase)]
+    return set(d["kind"])
+
+
+def test_vllm_warmup_coverage_is_judged_and_clean_v2_warms_every_class_it_serves(runs):
+    """What each runner's warmup ran, read in the engine process: V2's warmup_kernels ran a
+    prefill (mixed) and a uniform decode of 1 + k, and every class V2's serving used was
+    warmed, on every workload of the clean quick run. V1's (its dummy runs) is the baseline
+    figure."""
+    r = runs("quick-clean")
+    for wl, q in (("gsm8k", 1), ("warmup.k0", 1), ("warmup.k1-eagle", 2),
+                  ("spec.k2-eagle-b4", 3)):
+        check = r.check(wl, "unwarmed_dispatch")
+        assert check["verdict"] == "pass" and check["candidate"] == 0, check
+        assert check["baseline"] is not None, check              # V1's was read too
+        warm = _classes(r, wl, "candidate", "warmup")
+        assert {"mixed", f"uniform_decode(q={q})"} <= warm, (wl, warm)
+        assert _classes(r, wl, "candidate", "serve") <= warm
+        assert _classes(r, wl, "baseline", "warmup")             # V1's dummy runs
+    assert _classes(r, "gsm8k", "candidate", "dummy")       # V2's profile run: listed only
+
+
+def test_the_40746_reinjection_leaves_the_prefill_path_unwarmed_at_k1_only(runs):
+    """vLLM PR 40746 put back into V2's warmup_kernels (2-token dummy prompts): at k = 1 the
+    warmup's prefill is a uniform decode of 2, so serving's first prefill runs a class warmup
+    never ran; at k = 2 a 2-token prompt is no decode query and warmup covers it."""
+    r = runs("warmup-fault")
+    assert r.summary["verdict"] == "regression"
+    k1 = r.check("warmup.k1-eagle", "unwarmed_dispatch")
+    assert k1["verdict"] == "regression" and k1["candidate"] == 1 and k1["baseline"] == 0, k1
+    assert "mixed" in k1["note"]
+    assert "mixed" not in _classes(r, "warmup.k1-eagle", "candidate", "warmup")
+    assert r.check("warmup.k2-eagle", "unwarmed_dispatch")["verdict"] == "pass"
+    patches = r.resolved("warmup.k1-eagle", "candidate")["fault_patches"]
+    assert patches and patches[0]["pr"] == 40746
+    assert r.check("warmup.k1-eagle", "token_agreement")["verdict"] == "pass"
 
 
 def test_progress_lines_name_workload_side_and_engine_start(runs):

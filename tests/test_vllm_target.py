@@ -150,8 +150,11 @@ def test_what_v2_cannot_run_is_said_before_any_engine_starts():
     assert unsupported_reason(v1, ngram) is None                 # V1 takes n-gram drafts
     assert unsupported_reason(v2, EngineOptions()) is None
     assert "PD disaggregation" in unsupported_reason(v1, EngineOptions(pd_disagg=True))
+    # warmup coverage reads CUDA-graph dispatch classes: CUDA only
     assert "warmup coverage" in unsupported_reason(v1, EngineOptions(),
                                                    frozenset({"dispatch_log"}))
+    assert unsupported_reason(SideSpec("v1", device="cuda", target="vllm"), EngineOptions(),
+                              frozenset({"dispatch_log"})) is None
 
 
 def test_an_engine_start_error_is_one_line_naming_its_cause():

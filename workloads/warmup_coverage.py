@@ -8,6 +8,8 @@ sweep k where the classification depends on it.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.execute import SideFailure, SideResult
@@ -24,8 +26,12 @@ class Params(BaseModel):
     limit: int = Field(4, ge=1)
     max_tokens: int = Field(16, ge=2)
     max_num_seqs: int = Field(4, ge=1)
-    speculative_method: str = "ngram"
-    k: int | None = Field(None, ge=0, le=8)       # set by points()
+    # one engine per k x proposer (k = 0: one, without drafts). ngram / draft: the bundled
+    # runner and vLLM V1; eagle: vLLM (V2 speculates only with eagle-family heads)
+    proposers: list[Literal["ngram", "draft", "eagle"]] = Field(["ngram"], min_length=1)
+    # set by points(): the one engine shape of this run
+    k: int | None = Field(None, ge=0, le=8)
+    speculative_method: Literal["ngram", "draft", "eagle"] = "ngram"
 
 
 class WarmupCoverage:
@@ -35,7 +41,12 @@ class WarmupCoverage:
     needs = frozenset({"dispatch_log"})     # the target must report warmup's dispatch classes
 
     def points(self, p: Params) -> list[tuple[str, Params]]:
-        return [(f"k{k}", p.model_copy(update=dict(k=k))) for k in p.ks]
+        out = []
+        for k in p.ks:
+            for prop in (p.proposers if k else [p.proposers[0]]):
+                tag = f"k{k}-{prop}" if k else "k0"
+                out.append((tag, p.model_copy(update=dict(k=k, speculative_method=prop))))
+        return out
 
     def engine_options(self, p: Params) -> EngineOptions:
         return EngineOptions(max_num_seqs=p.max_num_seqs,

@@ -45,7 +45,7 @@ from typing import Any
 
 from .. import phases
 from ..errors import BadInput
-from . import vllm_faults
+from . import vllm_dispatch, vllm_faults
 from .base import (AuditSample, Completion, EngineOptions, SideSpec, Step, TimedPrompt,
                    Unsupported, register)
 
@@ -53,7 +53,7 @@ RUNNERS = ("v2", "v1")
 # Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
 # _get_v2_model_runner_unsupported_features); mrbench's "ngram" and "draft" are not among them.
 V2_SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
-CAPABILITIES = frozenset()            # of: dispatch_log, pd (what workloads may need)
+CAPABILITIES = frozenset({"dispatch_log"})   # of: dispatch_log, pd (what workloads may need)
 DEFAULT_GPU_SHARE = 0.85
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "spec_num_drafts",
                 "vllm:spec_decode_num_draft_tokens": "spec_num_draft_tokens",
@@ -124,9 +124,10 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
     if options.pd_disagg or "pd" in needs:
         return ("PD disaggregation on the vllm target needs two engines and a KV connector; "
                 "mrbench does not drive that yet (unsupported here)")
-    if "dispatch_log" in needs:
-        return ("warmup coverage needs the dispatch classes vLLM's warmup ran; the vllm "
-                "target does not read them yet (unsupported here)")
+    if "dispatch_log" in needs and not side.device.startswith("cuda"):
+        return ("warmup coverage on vLLM reads the CUDA-graph dispatch classes its warmup "
+                "ran; vLLM on CPU compiles one generic shape and has no classes (unsupported "
+                "here; use --device cuda)")
     if side.runner == "v2" and options.num_speculative_tokens:
         method = "draft_model" if options.speculative_method == "draft" \
             else options.speculative_method
@@ -188,6 +189,7 @@ class VllmSession:
         if sync_check:
             self._count_sync_warnings()
         self.faults_applied = vllm_faults.apply(side.faults) if side.faults else []
+        vllm_dispatch.install()          # before the engine exists: its warmup is recorded
         from vllm import LLM
         self.side, self.options, self.model = side, options, model
         try:
@@ -202,6 +204,7 @@ class VllmSession:
             raise RuntimeError(f"asked vLLM for the {side.runner} model runner with "
                                f"VLLM_USE_V2_MODEL_RUNNER={engine_env(side)['VLLM_USE_V2_MODEL_RUNNER']}"
                                f" but it built {self.runner_class} ({got})")
+        vllm_dispatch.serving(self._runner())
         self.probe = phases.install(self._runner(),
                                     phases.VLLM_V2 if use_v2 else phases.VLLM_V1)
         self.tokenizer = self.llm.get_tokenizer()
@@ -392,9 +395,10 @@ class VllmSession:
 
     # -- the rest of the Session interface -----------------------------------------------
     def dispatch_log(self) -> list[tuple[str, str]]:
-        """Serving steps only: vLLM's warmup runs dummy batches outside the scheduler, which
-        the harness cannot see, so no "warmup" entries (the dispatch check stays silent)."""
-        return []
+        """(phase, batch class) of every step the runner executed since the engine was
+        built: "warmup", "dummy" (runs that warm nothing), "serve" (harness.targets.
+        vllm_dispatch says what each runner's warmup is)."""
+        return vllm_dispatch.log(self._runner())
 
     def counters(self) -> dict[str, float]:
         now = self._spec_totals()
@@ -553,4 +557,4 @@ class VllmTarget:
         return dict(runners=list(RUNNERS), faults=sorted(vllm_faults.FAULTS),
                     installed=installed_version(),
                     notes="v2 needs CUDA; faults need the vLLM release they were written "
-                          "for; PD-disagg and warmup coverage unsupported")
+                          "for; PD-disagg unsupported; warmup coverage on CUDA only")

@@ -30,6 +30,9 @@ class SourcePatch:
     qualname: str          # "Class.method" or "function"
     old: str               # the fixed line as it stands in the release (stripped match)
     new: str               # the pre-fix line(s), same indentation as `old`
+    # modules that imported a module-level function by name (`from .x import f`): their
+    # binding is replaced too, or they would keep calling the fixed function
+    rebind: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,18 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
                 "dim=1)\n"
                 "num_sampled = (_padded == -1).int().argmax(dim=1).to(num_sampled.dtype)\n"
                 "num_sampled, num_rejected = get_num_sampled_and_rejected("),)),
+    VllmFault(
+        "warmup-short-prefill", 40746,
+        "V2's warmup_kernels prefills dummy prompts of 2 tokens again, not decode_query_len "
+        "+ 1: with k = 1 that prefill is a uniform decode of query length 2, so the prefill "
+        "(mixed) path is never warmed",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.warmup", "warmup_kernels",
+            old="prompt_len = decode_query_len + 1",
+            new="prompt_len = 2  # mrbench fault warmup-short-prefill (vLLM PR 40746 "
+                "reverted): a valid decode query when k = 1",
+            rebind=("vllm.v1.worker.gpu_worker",)),)),
 )}
 
 
@@ -142,6 +157,11 @@ def _apply_patch(p: SourcePatch) -> None:
     ns: dict[str, Any] = {}
     exec(compile(new_src, filename, "exec"), fn.__globals__, ns)
     setattr(owner, name, ns[name])
+    for mod in p.rebind:
+        m = importlib.import_module(mod)
+        if getattr(m, name, None) is None:
+            raise ValueError(f"{p.qualname}: {mod} has no {name} to rebind")
+        setattr(m, name, ns[name])
 
 
 def apply(names: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Real vLLM V2 against V1 on a GPU machine: the acceptance runs, then the GPU tests on them.
-# Usage: scripts/gpu/vllm_acceptance.sh OUT_DIR [STEPS]   (STEPS: comma list of
-#   smoke, fault, quick, tests; default all). Needs vLLM importable (pip, or the kit in
-#   ../shared/vllm-gpu: `source env.sh`) and CUDA. Writes OUT_DIR/runs/<name>/ (results),
-#   <name>.stdout/.stderr, OUT_DIR/timings.txt, OUT_DIR/pytest.log, OUT_DIR/runs.tgz.
+# Usage: scripts/gpu/vllm_acceptance.sh OUT_DIR [STEPS]   (STEPS: comma list of smoke,
+#   fault, quick, eagle, warmup, reference, matrix, tests; default smoke,fault,quick,eagle,
+#   warmup,tests). Needs vLLM importable (pip, or the kit in ../shared/vllm-gpu:
+#   `source env.sh`) and CUDA. Writes OUT_DIR/runs/<name>/ (results), <name>.stdout/.stderr,
+#   OUT_DIR/timings.txt, OUT_DIR/pytest.log, OUT_DIR/runs.tgz.
 #   smoke  `run smoke` V2 vs V1, clean: must pass
 #   fault  `run smoke --fault seq-lens-sync --vllm-sync-check warn` (vLLM PR 40654 put back
 #          into V2's prepare_inputs): must fail syncs_per_step and sync_check_warnings
 #   quick  `run quick --vllm-sync-check warn`, clean, timed: must pass (<= 10 min on an H100)
 #   eagle  `run spec-eagle`: V2 spec decode with the bundled EAGLE head, k = 2 and 4
+#   warmup `run warmup-eagle --fault warmup-short-prefill` (vLLM PR 40746 put back into V2's
+#          warmup_kernels): must fail unwarmed_dispatch at k = 1 only
 #   reference  `run quick --save-reference`: this GPU build's op counts, copied to
 #          OUT_DIR/op-counts/ (commit them under results/baselines/op-counts/)
 #   matrix `faults quick` for the vllm faults mirror-increment and accept-count-cat-argmax
@@ -17,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: vllm_acceptance.sh OUT_DIR [STEPS]}")
-steps=",${2:-smoke,fault,quick,eagle,tests},"
+steps=",${2:-smoke,fault,quick,eagle,warmup,tests},"
 py=${PYTHON:-python3}
 mkdir -p "$out/runs"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -33,13 +36,14 @@ run() {                                   # run NAME ARGS...: one mrbench run, t
       --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s ($*)" | tee -a "$out/timings.txt"
-  grep -E "^(gsm8k|spec|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
+  grep -E "^(gsm8k|spec|warmup|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
   tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null   # after every run: a kill keeps these
 }
 [[ $steps == *,smoke,* ]] && run smoke-clean smoke
 [[ $steps == *,fault,* ]] && run smoke-fault smoke --fault seq-lens-sync --vllm-sync-check warn
 [[ $steps == *,quick,* ]] && run quick-clean quick --vllm-sync-check warn
 [[ $steps == *,eagle,* ]] && run spec-eagle spec-eagle
+[[ $steps == *,warmup,* ]] && run warmup-fault warmup-eagle --fault warmup-short-prefill
 if [[ $steps == *,reference,* ]]; then
   run quick-reference quick --save-reference
   mkdir -p "$out/op-counts" && cp results/baselines/op-counts/vllm-* "$out/op-counts/" 2>/dev/null
