@@ -189,7 +189,9 @@ class VllmSession:
         if sync_check:
             self._count_sync_warnings()
         self.faults_applied = vllm_faults.apply(side.faults) if side.faults else []
-        vllm_dispatch.install()          # before the engine exists: its warmup is recorded
+        self.reads_dispatch = side.device.startswith("cuda")    # CPU vLLM: no graph classes
+        if self.reads_dispatch:
+            vllm_dispatch.install()      # before the engine exists: its warmup is recorded
         from vllm import LLM
         self.side, self.options, self.model = side, options, model
         try:
@@ -204,7 +206,8 @@ class VllmSession:
             raise RuntimeError(f"asked vLLM for the {side.runner} model runner with "
                                f"VLLM_USE_V2_MODEL_RUNNER={engine_env(side)['VLLM_USE_V2_MODEL_RUNNER']}"
                                f" but it built {self.runner_class} ({got})")
-        vllm_dispatch.serving(self._runner())
+        if self.reads_dispatch:
+            vllm_dispatch.serving(self._runner())
         self.probe = phases.install(self._runner(),
                                     phases.VLLM_V2 if use_v2 else phases.VLLM_V1)
         self.tokenizer = self.llm.get_tokenizer()
@@ -397,8 +400,9 @@ class VllmSession:
     def dispatch_log(self) -> list[tuple[str, str]]:
         """(phase, batch class) of every step the runner executed since the engine was
         built: "warmup", "dummy" (runs that warm nothing), "serve" (harness.targets.
-        vllm_dispatch says what each runner's warmup is)."""
-        return vllm_dispatch.log(self._runner())
+        vllm_dispatch says what each runner's warmup is). None on CPU, where vLLM compiles
+        one generic shape and dispatches no CUDA-graph classes: the check is not made."""
+        return vllm_dispatch.log(self._runner()) if self.reads_dispatch else []
 
     def counters(self) -> dict[str, float]:
         now = self._spec_totals()

@@ -10,8 +10,9 @@
 #          into V2's prepare_inputs): must fail syncs_per_step and sync_check_warnings
 #   quick  `run quick --vllm-sync-check warn`, clean, timed: must pass (<= 10 min on an H100)
 #   eagle  `run spec-eagle`: V2 spec decode with the bundled EAGLE head, k = 2 and 4
-#   warmup `run warmup-eagle --fault warmup-short-prefill` (vLLM PR 40746 put back into V2's
-#          warmup_kernels): must fail unwarmed_dispatch at k = 1 only
+#   warmup `faults warmup-eagle --fault warmup-short-prefill` (vLLM PR 40746 put back into
+#          V2's warmup_kernels; the clean run first): clean passes, the fault fails
+#          unwarmed_dispatch at k = 1
 #   reference  `run quick --save-reference`: this GPU build's op counts, copied to
 #          OUT_DIR/op-counts/ (commit them under results/baselines/op-counts/)
 #   matrix `faults quick` for the vllm faults mirror-increment and accept-count-cat-argmax
@@ -43,21 +44,23 @@ run() {                                   # run NAME ARGS...: one mrbench run, t
 [[ $steps == *,fault,* ]] && run smoke-fault smoke --fault seq-lens-sync --vllm-sync-check warn
 [[ $steps == *,quick,* ]] && run quick-clean quick --vllm-sync-check warn
 [[ $steps == *,eagle,* ]] && run spec-eagle spec-eagle
-[[ $steps == *,warmup,* ]] && run warmup-fault warmup-eagle --fault warmup-short-prefill
+faults() {                                # faults NAME SUITE FAULT...: clean, then each
+  local name=$1 suite=$2; shift 2
+  local t0=$SECONDS args=()
+  for f in "$@"; do args+=(--fault "$f"); done
+  $py -m harness faults "$suite" --target vllm --device cuda --candidate v2 --baseline v1 \
+      "${args[@]}" --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
+  echo "$name: exit $? in $((SECONDS - t0)) s (faults $suite $*)" | tee -a "$out/timings.txt"
+  cat "$out/runs/$name.stdout"
+  tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null
+}
+[[ $steps == *,warmup,* ]] && faults warmup-faults warmup-eagle warmup-short-prefill
 if [[ $steps == *,reference,* ]]; then
   run quick-reference quick --save-reference
   mkdir -p "$out/op-counts" && cp results/baselines/op-counts/vllm-* "$out/op-counts/" 2>/dev/null
   ls -l "$out/op-counts"
 fi
-if [[ $steps == *,matrix,* ]]; then
-  t0=$SECONDS
-  $py -m harness faults quick --target vllm --device cuda --candidate v2 --baseline v1 \
-      --fault mirror-increment --fault accept-count-cat-argmax --out "$out/runs/faults-quick" \
-      > "$out/runs/faults-quick.stdout" 2> "$out/runs/faults-quick.stderr"
-  echo "faults-quick: exit $? in $((SECONDS - t0)) s" | tee -a "$out/timings.txt"
-  cat "$out/runs/faults-quick.stdout"
-  tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null
-fi
+[[ $steps == *,matrix,* ]] && faults faults-quick quick mirror-increment accept-count-cat-argmax
 if [[ $steps == *,tests,* ]]; then
   MRBENCH_VLLM_GPU_RUNS="$out/runs" $py -m pytest -q -p no:cacheprovider \
       tests/test_vllm_gpu.py 2>&1 | tee "$out/pytest.log" | tail -25
