@@ -98,10 +98,11 @@ def dispatch_rows(log: list[tuple[str, str]]) -> list[dict]:
 
 
 def _collect_dispatch(session: Session, res: SideResult, since: int) -> None:
-    """The warmup's classes and the classes served since `since` (an engine reused across
-    workloads keeps one log; each workload sees its own serving steps)."""
+    """The engine start's classes (phase "warmup", and "dummy" for runs that warm nothing)
+    and the classes served since `since` (an engine reused across workloads keeps one log;
+    each workload sees its own serving steps)."""
     log = session.dispatch_log()
-    res.dispatch = dispatch_rows([e for e in log[:since] if e[0] == "warmup"] + log[since:])
+    res.dispatch = dispatch_rows([e for e in log[:since] if e[0] != "serve"] + log[since:])
 
 
 def _submit(session: Session, prompts: list, batch: Batch, closed: bool = False

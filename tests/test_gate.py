@@ -66,12 +66,13 @@ def test_too_few_waves_and_samples_is_reported_not_judged():
 def test_reference_check(tmp_path):
     prof = [dict(ops=100, ops_prepare=10, ops_sample=5, allocs=7)] * 3
     resolved = dict(target="bundled", runner="v2", device="cpu", dtype="float32")
-    params = dict(ks=[2], limit=24, wave_size=4)
+    params = dict(k=2, ks=[2], limit=24, wave_size=4)
     references.save(resolved, {"spec": dict(params=params, profile=prof, git_sha="abc")},
                     tmp_path)
     ref = references.load(resolved, "spec", dict(params, limit=99, wave_size=1), tmp_path)
     assert ref is not None                        # limit / wave_size do not change the counts
-    assert references.load(resolved, "spec", dict(params, ks=[4]), tmp_path) is None
+    assert references.load(resolved, "spec", dict(params, ks=[2, 4]), tmp_path) is not None
+    assert references.load(resolved, "spec", dict(params, k=4), tmp_path) is None
     same = reference_check("spec", SideResult(profile=prof), ref, Thresholds())
     assert same.verdict == "pass" and same.note == "identical counts"
     more = [dict(r, ops=102, ops_sample=7) for r in prof]
