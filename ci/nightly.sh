@@ -21,7 +21,8 @@ mkdir -p "$(dirname "$out")" "$(dirname "$db")"
 
 case "$mode" in
   cpu)
-    "$MRBENCH" faults quick --out "$out" --json > "$out.faults.json"
+    # every historic fault, and the latency ruler: +50 % on each V2 step must fail quick
+    "$MRBENCH" faults quick --ruler slow-step:50 --out "$out" --json > "$out.faults.json"
     rc=$?
     [ -d "$out" ] || { echo "nightly: faults run wrote nothing (exit $rc)" >&2; exit "$rc"; }
     run_dir="$out/clean"

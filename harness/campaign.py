@@ -141,6 +141,69 @@ def calibrate(suite: Suite, base: SideSpec, cand: SideSpec, n: int,
     return _guarded(out, body, isolation)
 
 
+POWER_TARGET = 0.80       # the detection rate a minimum detectable effect must reach
+
+
+def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: int,
+          overrides: Overrides, out: Path, log=None,
+          isolation: Isolation | None = None) -> tuple[dict, Path]:
+    """The smallest slowdown each latency check catches.
+
+    The suite n times clean (candidate vs baseline: every latency regression is a false
+    alarm), then n times per PCT with the `slow-step:PCT` ruler on the candidate (every
+    latency regression is a detection). Per latency check: the false-alarm rate, the
+    detection rate per PCT (Wilson 95 % CIs), and the minimum detectable effect: the
+    smallest PCT detected in >= 80 % of its runs (None when no PCT reached it)."""
+    from .compare import LATENCY_SOURCES
+
+    def body(camp: _Campaign) -> tuple[str, dict]:
+        per: dict[str, dict] = defaultdict(lambda: dict(aa=0, det=defaultdict(int),
+                                                        threshold=None))
+        runs = []
+        plan = [("clean", None)] + [(f"slow-step:{p:g}", p) for p in pcts]
+        for label, pct in plan:
+            side = cand if pct is None else replace(cand, faults=(f"slow-step:{pct:g}",))
+            for i in range(n):
+                s, code = camp.run(f"{'clean' if pct is None else f'slow{pct:g}'}-{i:02d}",
+                                   suite, base, side, overrides, log)
+                hits = [c for c in s["checks"] if c["metric"] in LATENCY_SOURCES]
+                runs.append(dict(plan=label, run=i, verdict=s["verdict"], exit=code,
+                                 flagged=flagged(s), failures=len(s["failures"])))
+                for c in hits:
+                    row = per[check_name(c)]
+                    row["threshold"] = c["threshold"]
+                    if c["verdict"] == "regression":
+                        if pct is None:
+                            row["aa"] += 1
+                        else:
+                            row["det"][pct] += 1
+                    row.setdefault("judged", set()).add(c["verdict"] != "info")
+        checks = {}
+        for name, row in sorted(per.items()):
+            fa = stats.proportion_ci_wilson(row["aa"], n, level=0.95)
+            det = {}
+            for p in pcts:
+                ci = stats.proportion_ci_wilson(row["det"][p], n, level=0.95)
+                det[f"{p:g}"] = dict(detected=row["det"][p], runs=n, rate=row["det"][p] / n,
+                                     rate_ci=[ci.lo, ci.hi])
+            mde = next((p for p in sorted(pcts) if det[f"{p:g}"]["rate"] >= POWER_TARGET),
+                       None)
+            checks[name] = dict(threshold=row["threshold"], judged=any(row["judged"]),
+                                false_alarms=row["aa"], false_alarm_rate=row["aa"] / n,
+                                false_alarm_ci=[fa.lo, fa.hi], detection=det, mde_pct=mde)
+        return "power.json", dict(
+            suite=suite.name, target=s["target"], baseline=s["baseline"],
+            candidate=s["candidate"], n=n, pcts=list(pcts), power_target=POWER_TARGET,
+            runs=runs, checks=checks,
+            errors=sum(r["verdict"] == "error" for r in runs),
+            method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
+                   f"(PCT % of the candidate's forward time added to each step): a latency "
+                   f"regression is a detection; MDE: smallest PCT detected in >= "
+                   f"{POWER_TARGET:.0%} of its runs; rates: Wilson 95% CI",
+            environment=environment())
+    return _guarded(out, body, isolation)
+
+
 def fmt_rate(c: dict) -> str:
     lo, hi = c["rate_ci"]
     return f"{c['false_alarms']}/{c['runs']} ({c['rate']:.0%}, CI {lo:.0%}-{hi:.0%})"

@@ -40,10 +40,41 @@ def _calibration_plot(checks: dict) -> str | None:
     return _fig_to_data_uri(fig)
 
 
+def _power_plot(res: dict) -> str | None:
+    """Detection rate against the slowdown, one line per judged latency check; the false
+    alarm rate at 0 %."""
+    import matplotlib.pyplot as plt
+    rows = [(n, c) for n, c in res["checks"].items() if c["judged"]]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [0.0, *res["pcts"]]
+    for name, c in rows:
+        ys = [c["false_alarm_rate"], *(c["detection"][f"{p:g}"]["rate"] for p in res["pcts"])]
+        ax.plot(xs, ys, "o-", label=name, alpha=0.8)
+    ax.axhline(res["power_target"], color="#999", lw=0.8, ls="--")
+    ax.set_xlabel("slow-step: % of the candidate's forward time added to each step")
+    ax.set_ylabel("share of runs flagged (0 %: false alarms)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    return _fig_to_data_uri(fig)
+
+
 def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
     runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
-    ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None)
-    if kind == "faults":
+    ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, power=None)
+    if kind == "power":
+        ctx.update(title=f"mrbench power: {res['suite']} x {res['n']} per setting",
+                   subtitle=f"{res['baseline']} vs {res['candidate']}: {res['method']}",
+                   plot=_power_plot(res), pcts=[f"{p:g}" for p in res["pcts"]],
+                   power=[dict(name=n, threshold=c["threshold"], judged=c["judged"],
+                               fa=f"{c['false_alarms']}/{res['n']}",
+                               det=[f"{c['detection'][f'{p:g}']['rate']:.0%}"
+                                    for p in res["pcts"]],
+                               mde="-" if c["mde_pct"] is None else f"{c['mde_pct']:g} %")
+                          for n, c in res["checks"].items()])
+    elif kind == "faults":
         ctx.update(title=f"mrbench faults: {res['suite']}",
                    subtitle=f"{res['baseline']} (baseline) vs {res['candidate']} (candidate), "
                             f"target {res['target']}", matrix=_matrix(res))

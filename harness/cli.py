@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from .errors import EXIT_BAD_INPUT, EXIT_PASS, BadInput
@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     _run_options(f)
     f.add_argument("--fault", action="append", default=[], metavar="NAME",
                    help="only these faults (repeatable; default: every fault of the target)")
+    f.add_argument("--ruler", action="append", default=[], metavar="slow-step:PCT",
+                   help="also a latency ruler: PCT %% of the forward's time added to every "
+                        "V2 step (bundled target); it must be caught like a fault")
 
     k = sub.add_parser("calibrate", help="A/A: the suite N times with no change; false alarms")
     k.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
@@ -45,6 +48,16 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("-n", type=int, default=10, help="number of runs (default 10)")
     k.add_argument("--max-rate", type=float, default=0.10,
                    help="exit 1 if any check's false-alarm rate is above this (default 0.10)")
+
+    pw = sub.add_parser("power", help="detection power: the suite clean and with slow-step:PCT "
+                                      "on the candidate, N runs each; the minimum detectable "
+                                      "slowdown per latency check")
+    pw.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
+    _run_options(pw, candidate_default=None)
+    pw.set_defaults(baseline="v2")           # the ruler lives in V2: A/A on V2 by default
+    pw.add_argument("-n", type=int, default=5, help="runs per setting (default 5)")
+    pw.add_argument("--pcts", default="10,25,50",
+                    help="slow-step sizes, %% of the forward's time (default 10,25,50)")
 
     st = sub.add_parser("steps", help="record a scheduler-step trace, or replay one on a runner")
     ssub = st.add_subparsers(dest="steps_cmd", required=True, parser_class=_Parser)
@@ -251,11 +264,10 @@ def cmd_faults(a: argparse.Namespace) -> int:
     from .results import default_out
     from .targets.base import get_target
     suite, base, cand, overrides = _suite_and_sides(a)
-    known = get_target(cand.target).info().get("faults", [])
-    faults = a.fault or list(known)
-    bad = [f for f in faults if f not in known]
-    if bad:
-        raise BadInput(f"unknown fault {bad[0]!r}; known: {', '.join(known)}")
+    target = get_target(cand.target)
+    faults = (a.fault or list(target.info().get("faults", []))) + a.ruler
+    for f in faults:           # the target's own check: its faults, and rulers like slow-step
+        target.validate(replace(cand, faults=(f,)))
     out = a.out or default_out(f"faults-{suite.name}")
     res, path = fault_matrix(suite, base, cand, faults, overrides, out,
                              isolation=_isolation(a))
@@ -300,6 +312,41 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     if res["errors"]:
         return EXIT_RUN_FAILED
     return EXIT_PASS if res["max_rate"] <= a.max_rate else EXIT_REGRESSION
+
+
+def cmd_power(a: argparse.Namespace) -> int:
+    from .campaign import power
+    from .errors import EXIT_RUN_FAILED
+    from .results import default_out
+    from .targets.base import get_target
+    if a.n < 1:
+        raise BadInput(f"-n must be >= 1, got {a.n}")
+    try:
+        pcts = sorted({float(x) for x in a.pcts.split(",") if x.strip()})
+    except ValueError:
+        raise BadInput(f"--pcts must be numbers separated by commas, got {a.pcts!r}") from None
+    suite, base, cand, overrides = _suite_and_sides(a)
+    if not pcts:
+        raise BadInput("--pcts is empty")
+    for p in pcts:                         # the target's own check of the ruler
+        get_target(cand.target).validate(replace(cand, faults=(f"slow-step:{p:g}",)))
+    out = a.out or default_out(f"power-{suite.name}")
+    res, path = power(suite, base, cand, pcts, a.n, overrides, out, isolation=_isolation(a))
+    if a.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=2))
+    else:
+        print(f"{res['baseline']} vs {res['candidate']} + slow-step, {a.n} runs each, "
+              f"{res['suite']}")
+        w = max((len(k) for k in res["checks"]), default=10)
+        print(f"{'check':<{w}}  false alarms  " + "  ".join(f"{p:>6g}%" for p in pcts)
+              + "  MDE")
+        for name, c in res["checks"].items():
+            det = "  ".join(f"{c['detection'][f'{p:g}']['rate']:>6.0%}" for p in pcts)
+            mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:g}%"
+            gate = "" if c["judged"] else "  (reported, not judged)"
+            print(f"{name:<{w}}  {c['false_alarms']:>2}/{a.n:<2}        {det}  {mde}{gate}")
+        print(f"results: {path}")
+    return EXIT_RUN_FAILED if res["errors"] else EXIT_PASS
 
 
 def cmd_steps(a: argparse.Namespace) -> int:
@@ -498,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         a = _parser().parse_args(argv)
         return {"run": cmd_run, "faults": cmd_faults, "calibrate": cmd_calibrate,
+                "power": cmd_power,
                 "steps": cmd_steps, "history": cmd_history, "import-bench": cmd_import_bench,
                 "compare": cmd_compare, "report": cmd_report, "list": cmd_list}[a.cmd](a)
     except BadInput as e:

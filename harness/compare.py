@@ -20,6 +20,8 @@ LATENCY_SOURCES = {   # metric (suite.LATENCY_METRICS) -> (table, column)
     "p99_ttft_ms": ("requests", "ttft_ms"), "p99_tpot_ms": ("requests", "tpot_ms"),
     "p99_itl_ms": ("itl", "itl_ms"), "p99_e2e_ms": ("requests", "e2e_ms"),
     "p99_step_ms": ("steps", "duration_ms"),
+    # medians: a uniform slowdown moves every step; a burst moves a tail, not the median
+    "median_step_ms": ("steps", "duration_ms"), "median_tpot_ms": ("requests", "tpot_ms"),
 }
 SUMMARY_FIELDS = {"ttft": ("requests", "ttft_ms"), "tpot": ("requests", "tpot_ms"),
                   "itl": ("itl", "itl_ms"), "e2e": ("requests", "e2e_ms"),
@@ -97,7 +99,12 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
 
 
 MIN_WAVES = 6          # a one-sided signed-rank test at alpha 0.05 needs >= 5 blocks; 6 has room
-MIN_PER_WAVE = 50      # independent samples behind each wave's P99
+MIN_PER_WAVE = {99: 50, 50: 5}   # independent samples behind each wave's P99 / median
+
+
+def _quantile(metric: str) -> int:
+    """The percentile a latency metric gates on: 50 for `median_*`, 99 for `p99_*`."""
+    return 50 if metric.startswith("median_") else 99
 
 
 def _per_wave(side: SideResult, table: str, column: str) -> dict[int, np.ndarray]:
@@ -118,57 +125,71 @@ def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int
 
 def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
                   th: Thresholds) -> Check:
-    """P99 regression, judged per interleaved wave when there are enough waves.
+    """P99 (or median) regression, judged per interleaved wave when there are enough waves.
 
     Blocked design: both sides ran each wave back to back (ABBA), so a wave's P99 ratio is
     free of the machine's drift; the decision is a one-sided Wilcoxon signed-rank test over
     the waves' log ratios, the effect their Hodges-Lehmann estimate. A burst that hits one
     side of one wave moves one rank. Without enough waves (or samples per wave), the pooled
-    P99s are compared by bootstrap, and a P99 of too few samples is reported, not judged."""
+    P99s are compared by bootstrap, and a P99 of too few samples is reported, not judged.
+    `median_*` metrics are the same test on each wave's median, against `median_rel`: a
+    uniform slowdown moves every step's time, noise mostly a tail. They are judged only
+    blocked (a pooled median would carry the machine's drift), and only where the suite
+    sets `median_rel` (runners differ in their typical step: calibrate it per suite)."""
     table, col = LATENCY_SOURCES[metric]
+    q = _quantile(metric)
+    name = "median" if q == 50 else f"P{q}"
+    rel_min = th.median_rel if q == 50 else th.latency_rel
     b, c = _samples(base, table, col), _samples(cand, table, col)
-    thr = f"+{th.latency_rel:.0%} and significant"
+    thr = "not gated (no median_rel)" if rel_min is None else f"+{rel_min:.0%} and significant"
     if len(b) < 2 or len(c) < 2:
-        rb = stats.percentile(b, 99) if len(b) >= 2 else _reported(base, metric)
-        rc = stats.percentile(c, 99) if len(c) >= 2 else _reported(cand, metric)
-        if rb is not None and rc is not None:     # a side has only its source's P99
+        rb = stats.percentile(b, q) if len(b) >= 2 else _reported(base, metric)
+        rc = stats.percentile(c, q) if len(c) >= 2 else _reported(cand, metric)
+        if rb is not None and rc is not None:     # a side has only its source's figure
             return Check(wl, metric, "ms", rb, rc, rc / rb - 1 if rb else None, None, None,
-                         thr, "reported P99s (a side has no per-request samples)", "info",
+                         thr, f"reported {name}s (a side has no per-request samples)", "info",
                          "aggregates only (vllm bench serve without --save-detailed): "
                          "no samples, no statistical test; reported, not judged")
         return Check(wl, metric, "ms", None, None, None, None, None, thr, "-", "info",
                      "fewer than 2 samples on a side")
     level = 1 - 2 * th.alpha                      # two-sided interval, one-sided decision
-    bp, cp = stats.percentile(b, 99), stats.percentile(c, 99)
+    bp, cp = stats.percentile(b, q), stats.percentile(c, q)
     bw, cw = _per_wave(base, table, col), _per_wave(cand, table, col)
     waves = sorted(w for w in set(bw) & set(cw)
                    if min(_wave_n(base, table, w, bw[w]), _wave_n(cand, table, w, cw[w]))
-                   >= MIN_PER_WAVE)
+                   >= MIN_PER_WAVE[q])
     if len(waves) >= MIN_WAVES:
-        logr = np.log([stats.percentile(cw[w], 99) / stats.percentile(bw[w], 99)
+        logr = np.log([stats.percentile(cw[w], q) / stats.percentile(bw[w], q)
                        for w in waves])
         hl = stats.hodges_lehmann_ci_signed_rank(logr, level=level)
         wx = stats.wilcoxon_signed_rank(logr, alternative="greater")
         rel, lo, hi = (math.expm1(x) for x in (hl.estimate, hl.lo, hl.hi))
-        regressed = wx.p_value < th.alpha and rel > th.latency_rel
+        note = (f"pooled {name} {bp:.3g} -> {cp:.3g} ms; waves with a higher candidate "
+                f"{name}: {int((logr > 0).sum())}/{len(waves)}")
+        if rel_min is None:
+            verdict, note = "info", f"reported, not gated: the suite sets no median_rel; {note}"
+        else:
+            verdict = ("regression" if wx.p_value < th.alpha and rel > rel_min else "pass")
         return Check(wl, metric, "ms", bp, cp, rel, [lo, hi], wx.p_value, thr,
-                     f"per-wave P99 ratio over {len(waves)} ABBA waves: {hl.method} "
-                     f"({level:.0%}); p: {wx.method}",
-                     "regression" if regressed else "pass",
-                     f"pooled P99 {bp:.3g} -> {cp:.3g} ms; waves with a higher candidate P99: "
-                     f"{int((logr > 0).sum())}/{len(waves)}")
-    n_min = stats.min_samples_percentile_ci(99, level)
+                     f"per-wave {name} ratio over {len(waves)} ABBA waves: {hl.method} "
+                     f"({level:.0%}); p: {wx.method}", verdict, note)
+    if q == 50:
+        return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None, thr,
+                     "-", "info", f"{len(waves)} usable waves (>= {MIN_PER_WAVE[q]} samples "
+                     f"each): a median is judged per ABBA wave only, >= {MIN_WAVES} waves; "
+                     "reported, not judged")
+    n_min = stats.min_samples_percentile_ci(q, level)
     n_eff = min(_effective_n(base, table, b), _effective_n(cand, table, c))
     if n_eff < n_min:
         return Check(wl, metric, "ms", bp, cp, None, None, None, thr, "-", "info",
                      f"n = {len(b)} / {len(c)} ({n_eff} independent), {len(waves)} usable "
-                     f"waves: a P99 needs >= {n_min} per side for a bounded {level:.0%} CI "
+                     f"waves: a {name} needs >= {n_min} per side for a bounded {level:.0%} CI "
                      f"(order statistics) or >= {MIN_WAVES} waves; reported, not judged")
-    rel = stats.ratio_percentile_ci_bootstrap(b, c, 99, level=level)
+    rel = stats.ratio_percentile_ci_bootstrap(b, c, q, level=level)
     mw = stats.mann_whitney_u(b, c, alternative="greater")
-    regressed = rel.lo > 0 and rel.estimate > th.latency_rel
+    regressed = rel.lo > 0 and rel.estimate > rel_min
     return Check(wl, metric, "ms", bp, cp, rel.estimate, [rel.lo, rel.hi], mw.p_value, thr,
-                 f"pooled relative P99 change, {rel.method} ({level:.0%}); p: {mw.method}",
+                 f"pooled relative {name} change, {rel.method} ({level:.0%}); p: {mw.method}",
                  "regression" if regressed else "pass",
                  f"n = {len(b)} / {len(c)}; fewer than {MIN_WAVES} waves, so not blocked")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInput
+from .compare import LATENCY_SOURCES
 from .results import read_run
 
 SCHEMA_VERSION = "1"
@@ -81,7 +82,7 @@ def run_record(run_dir: Path) -> tuple[dict, list[tuple[str, str, str, float]]]:
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     values[(wl, side, k)] = float(v)
     for c in summary["checks"]:
-        if c["metric"].startswith("p99_"):     # did the run itself judge this P99?
+        if c["metric"] in LATENCY_SOURCES:    # did the run itself judge this latency?
             values[(c["workload"], "candidate", f"{JUDGED}{c['metric']}")] = \
                 float(c["verdict"] in ("pass", "regression"))
         if c["metric"] in CHECK_METRICS:

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import BadInput
 
 SUITES_DIR = Path(__file__).parent / "suites"
-LATENCY_METRICS = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms")
+LATENCY_METRICS = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms",
+                   "median_step_ms", "median_tpot_ms")
 
 
 class Thresholds(BaseModel):
@@ -23,6 +24,8 @@ class Thresholds(BaseModel):
     model_config = ConfigDict(extra="forbid")
     alpha: float = Field(0.05, gt=0, lt=1)                 # significance level of every test
     latency_rel: float = Field(0.25, ge=0)                 # P99 may grow by this fraction
+    median_rel: float | None = Field(None, ge=0)           # median step / TPOT, per ABBA
+                                                           # wave; None: reported, not gated
     latency_metrics: list[str] = list(LATENCY_METRICS)
     accuracy_drop: float = Field(0.02, ge=0, le=1)         # strict-match accuracy, absolute
     agreement_min: float = Field(0.99, ge=0, le=1)         # share of requests with equal tokens

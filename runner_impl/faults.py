@@ -40,20 +40,62 @@ FAULTS: dict[str, Fault] = {
 }
 
 
+# Not a historic bug but a ruler for latency detection: `slow-step:PCT` adds a busy cost of
+# PCT % of the step's own forward time inside the forward phase (v2/model_runner.py
+# _forward). It is never part of the default catch matrix (`FAULTS`).
+SLOW_STEP = "slow-step"
+SLOW_STEP_MAX = 1000.0
+
+
+def slow_step_pct(name: str) -> float | None:
+    """PCT of a `slow-step:PCT` fault name; None for any other name. ValueError when the
+    name is `slow-step` with a missing or out-of-range PCT."""
+    if name != SLOW_STEP and not name.startswith(SLOW_STEP + ":"):
+        return None
+    try:
+        pct = float(name.split(":", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"{name!r}: write slow-step:PCT, e.g. slow-step:10") from None
+    if not 0 < pct <= SLOW_STEP_MAX:
+        raise ValueError(f"{name!r}: PCT must be in (0, {SLOW_STEP_MAX:g}]")
+    return pct
+
+
+def is_known(name: str) -> bool:
+    try:
+        return name in FAULTS or slow_step_pct(name) is not None
+    except ValueError:
+        return False
+
+
 class FaultSet:
     """The faults switched on for one runner instance (immutable)."""
 
     def __init__(self, names: Iterable[str] = ()) -> None:
         names = tuple(names)
-        unknown = [n for n in names if n not in FAULTS]
+        self.slow_step_pct: float | None = None
+        for n in names:
+            try:
+                pct = slow_step_pct(n)
+            except ValueError as e:
+                raise RunnerError(str(e)) from None
+            if pct is not None:
+                self.slow_step_pct = pct
+        unknown = [n for n in names if n not in FAULTS and slow_step_pct(n) is None]
         if unknown:
             raise RunnerError(
-                f"unknown fault {unknown[0]!r}; known faults: {', '.join(sorted(FAULTS))}")
-        self.names = frozenset(names)
+                f"unknown fault {unknown[0]!r}; known faults: {', '.join(sorted(FAULTS))}, "
+                f"{SLOW_STEP}:PCT")
+        self.names = frozenset(n for n in names if n in FAULTS)
 
     def active(self, name: str) -> bool:
         assert name in FAULTS, name  # a typo at a call site must not silently disable a switch
         return name in self.names
 
+    def any(self) -> bool:
+        """Any switch or ruler on."""
+        return bool(self.names) or self.slow_step_pct is not None
+
     def __repr__(self) -> str:
-        return f"FaultSet({sorted(self.names)})"
+        slow = [f"{SLOW_STEP}:{self.slow_step_pct:g}"] if self.slow_step_pct else []
+        return f"FaultSet({sorted(self.names) + slow})"

@@ -81,7 +81,7 @@ class LLM:
             raise RunnerError(f"unknown LLM argument {bad[0]!r}")
         self.config = cfg = EngineConfig(model=None if model is None else str(model),
                                          runner=runner, device=device, **kwargs)
-        if cfg.faults.names and cfg.runner != "v2":
+        if cfg.faults.any() and cfg.runner != "v2":
             raise RunnerError("fault switches exist only in the v2 runner "
                               f"(got faults={sorted(cfg.faults.names)} with runner={runner!r})")
         self.model_dir = Path(cfg.model) if cfg.model else default_model_dir()

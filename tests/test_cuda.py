@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import RUNNER_KW, make_prompts, run
+from conftest import GREEDY, RUNNER_KW, make_prompts, run
 from harness.collectors.profiler import count_per_step, profiled
 from harness.phases import PHASE_LABELS, STEP_LABEL
 from harness.targets.bundled import label_phases
@@ -395,3 +395,16 @@ def test_cuda_pdl_changes_no_token(monkeypatch):
         monkeypatch.delenv("MRBENCH_TRITON_PDL")
         triton_base.pdl.cache_clear()
     assert outs["1"] == outs["0"]
+
+
+def test_cuda_slow_step_ruler_spins_on_the_gpu_and_keeps_the_tokens(tiny_model_dir, prompts64,
+                                                                   v2_greedy):
+    """slow-step:100 on CUDA: the forward's GPU time and the spin kernel's clock were read
+    from completed events (no waits of its own), the spin was sized from them, and the
+    tokens are the clean run's."""
+    llm = LLM(tiny_model_dir, **{**RUNNER_KW, "device": "cuda", "faults": ["slow-step:100"]})
+    out = [o.token_ids for o in llm.generate(prompts64, GREEDY)]
+    slow = llm.cores[0].runner.slow_step
+    assert slow is not None and slow._fwd_ms and slow._fwd_ms > 0
+    assert slow._cycles_per_ms and slow._cycles_per_ms > 0
+    assert out == v2_greedy

@@ -105,3 +105,36 @@ def test_spec_summary_follows_vllm_definitions():
     assert s["acceptance_rate_pos_0"] == pytest.approx(14 / 20)
     assert s["acceptance_rate_pos_1"] == pytest.approx(6 / 20)
     assert spec_summary(SideResult(requests=[dict(output_tokens=3)])) == {}
+
+
+def test_a_uniform_slowdown_below_the_p99_bar_is_caught_by_the_median():
+    """+10 % on every step: under the P99 bar (+25 %), over the median's (+5 %)."""
+    rng = np.random.default_rng(5)
+    base, cand = side(waves(rng)), side(waves(rng, scale=1.10))
+    assert latency_check("w", "p99_step_ms", base, cand, TH).verdict == "pass"
+    med = latency_check("w", "median_step_ms", base, cand, Thresholds(median_rel=0.05))
+    assert med.verdict == "regression" and 0.05 < med.delta < 0.2, med
+    assert "per-wave median ratio" in med.method and med.threshold == "+5% and significant"
+
+
+def test_a_tail_burst_moves_the_p99_but_not_the_median():
+    rng = np.random.default_rng(6)
+    base = waves(rng)
+    cand = [np.concatenate([x[:-6], x[-6:] * 5]) for x in waves(rng)]   # 3 % of steps stall
+    loose = Thresholds(latency_rel=0.25, median_rel=0.05)
+    assert latency_check("w", "p99_step_ms", side(base), side(cand), loose).verdict == \
+        "regression"
+    assert latency_check("w", "median_step_ms", side(base), side(cand), loose).verdict == "pass"
+
+
+def test_a_median_is_judged_only_blocked_and_only_where_the_suite_sets_its_bar():
+    rng = np.random.default_rng(7)
+    few = side(waves(rng, n=3)), side(waves(rng, n=3, scale=2.0))       # 3 steps a wave
+    c = latency_check("w", "median_step_ms", *few, Thresholds(median_rel=0.05))
+    assert c.verdict == "info" and "not judged" in c.note and c.delta > 0.5
+    two = side(waves(rng, n_waves=2)), side(waves(rng, n_waves=2, scale=2.0))
+    assert latency_check("w", "median_step_ms", *two, Thresholds(median_rel=0.05)
+                         ).verdict == "info"                            # 2 waves: drift
+    many = side(waves(rng)), side(waves(rng, scale=2.0))
+    unset = latency_check("w", "median_step_ms", *many, Thresholds())
+    assert unset.verdict == "info" and "sets no median_rel" in unset.note and unset.delta > 0.5

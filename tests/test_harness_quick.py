@@ -21,6 +21,7 @@ def run(args):
 
 
 NAMED_FAULTS = {"stale-slot-state", "seq-lens-sync"}
+RULER = "slow-step:50"          # the latency ruler: +50 % of the forward on every V2 step
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +34,13 @@ def matrix(tmp_path_factory):
     if reuse:
         out = Path(reuse)
         res = json.loads((out / "faults.json").read_text())
-        assert res["suite"] == "quick" and NAMED_FAULTS <= set(res["faults"]), reuse
+        assert res["suite"] == "quick" and NAMED_FAULTS | {RULER} <= set(res["faults"]), reuse
         ok = res["clean"]["false_alarms"] == 0 and all(r["caught"]
                                                        for r in res["faults"].values())
         return (0 if ok else 1), out, res
     out = tmp_path_factory.mktemp("faults") / "m"
     code = run(["faults", "quick", *(a for f in sorted(NAMED_FAULTS) for a in ("--fault", f)),
-                "--out", str(out)])
+                "--ruler", RULER, "--out", str(out)])
     return code, out, json.loads((out / "faults.json").read_text())
 
 
@@ -50,7 +51,7 @@ def runs(matrix):
     return {name: (exits[run_dir], out / run_dir,
                    json.loads((out / run_dir / "summary.json").read_text()))
             for name, run_dir in (("clean", "clean"), ("stale", "stale-slot-state"),
-                                  ("sync", "seq-lens-sync"))}
+                                  ("sync", "seq-lens-sync"), ("slow", RULER))}
 
 
 def flagged(summary):
@@ -106,6 +107,23 @@ def test_quick_clean_passes(runs):
     prof = pd.read_csv(path / "profile.csv")
     assert (prof[prof.side == "candidate"]["syncs_hot"] == 0).all()
     assert (prof["ops"] > 0).all()
+
+
+def test_a_uniform_50_percent_slowdown_fails_quick_on_the_median_gates(runs):
+    """`slow-step:50` busies each V2 forward for half its own time again: the per-wave
+    median step time and TPOT see it (the P99 bar, +100 %, is for tails); nothing but
+    latency is flagged, and the tokens are the clean run's."""
+    code, _, summary = runs["slow"]
+    assert code == 1 and summary["verdict"] == "regression"
+    f = flagged(summary)
+    assert ("gsm8k", "median_step_ms") in f, f
+    assert {m for _, m in f} <= {"median_step_ms", "median_tpot_ms", "p99_ttft_ms",
+                                 "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms"}
+    med = next(c for c in summary["checks"]
+               if (c["workload"], c["metric"]) == ("gsm8k", "median_step_ms"))
+    assert 0.2 < med["delta"] < 1.0, med
+    assert all(c["verdict"] == "pass" for c in summary["checks"]
+               if c["metric"] == "token_agreement")
 
 
 def test_stale_slot_state_is_flagged_by_the_pd_checks(runs):

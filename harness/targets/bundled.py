@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from runner_impl import FAULTS, LLM, RunnerError, SamplingParams
+from runner_impl.faults import slow_step_pct
 
 from .. import phases
 from ..errors import BadInput
@@ -215,8 +216,14 @@ class BundledTarget:
         if side.runner not in RUNNERS:
             raise BadInput(f"bundled target has runners {', '.join(RUNNERS)}; got {side.runner!r}")
         for f in side.faults:
+            try:
+                if slow_step_pct(f) is not None:       # the latency ruler, slow-step:PCT
+                    continue
+            except ValueError as e:
+                raise BadInput(str(e)) from None
             if f not in FAULTS:
-                raise BadInput(f"unknown fault {f!r}; known: {', '.join(sorted(FAULTS))}")
+                raise BadInput(f"unknown fault {f!r}; known: {', '.join(sorted(FAULTS))}, "
+                               "slow-step:PCT")
         if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
             raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
         if side.device.startswith("cuda"):

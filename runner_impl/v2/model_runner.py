@@ -16,6 +16,7 @@ from ..config import EngineConfig
 from ..engine.outputs import ModelRunnerOutput, SchedulerOutput
 from ..model.llama import LlamaForCausalLM
 from ..sampler import sample
+from ..slow_step import SlowStep
 from .block_table import BlockTables
 from .cuda_graph import CudaGraphManager
 from .input_batch import InputBatch, prepare_inputs
@@ -50,6 +51,8 @@ class ModelRunnerV2:
         self.k = cfg.num_speculative_tokens
         self.faults = cfg.faults
         dev = cfg.torch_device
+        self.slow_step = (SlowStep(cfg.faults.slow_step_pct, dev)
+                          if cfg.faults.slow_step_pct else None)
         n = cfg.max_num_seqs
         # Async scheduling keeps one step in flight while the next is prepared: its uploads
         # and its output copy need a second set of pinned buffers.
@@ -161,6 +164,11 @@ class ModelRunnerV2:
 
     def _forward(self, batch: InputBatch) -> torch.Tensor:
         """The model (a CUDA-graph replay for uniform decode) and the logits, [R, W, V]."""
+        if self.slow_step is not None:          # the `slow-step:PCT` ruler
+            return self.slow_step.run(self._model_forward, batch)
+        return self._model_forward(batch)
+
+    def _model_forward(self, batch: InputBatch) -> torch.Tensor:
         replayed = None
         if self.cudagraphs is not None and batch.dispatch_key[0] == "uniform_decode":
             replayed = self.cudagraphs.run(batch)     # None: no captured size fits

@@ -1,0 +1,49 @@
+"""`mrbench power`: the suite clean and with the slow-step ruler, several runs each; per
+latency check the false-alarm rate, the detection rate per size, and the minimum
+detectable effect. Real runs of a small blocked suite on the bundled model (V2 vs V2)."""
+import json
+
+import pytest
+
+from harness.cli import main
+
+pytestmark = pytest.mark.slow
+
+SUITE = """name: tiny-power
+description: 6 ABBA waves of 2 GSM8K problems, medians gated
+thresholds: {median_rel: 0.20, latency_rel: 1.0}
+workloads:
+  - id: gsm8k
+    workload: gsm8k
+    params: {mode: colocated, limit: 12, max_num_seqs: 2, wave_size: 2, profile_limit: 0,
+             max_tokens: 48}
+"""
+
+
+def test_power_reports_false_alarms_detection_and_the_mde(tmp_path, capsys):
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(SUITE)
+    out = tmp_path / "power"
+    code = main(["power", str(suite), "-n", "2", "--pcts", "200", "--out", str(out)])
+    assert code == 0
+    res = json.loads((out / "power.json").read_text())
+    assert res["baseline"].endswith("v2") and res["candidate"].endswith("v2")
+    assert res["pcts"] == [200.0] and res["n"] == 2
+    med = res["checks"]["gsm8k/median_step_ms"]
+    assert med["judged"] and med["detection"]["200"]["rate"] == 1.0 and med["mde_pct"] == 200
+    assert 0 <= med["false_alarm_rate"] <= 1 and len(med["false_alarm_ci"]) == 2
+    # the slowed runs changed latency only: tokens equal to the clean side's
+    for r in res["runs"]:
+        assert not [f for f in r["flagged"] if "token_agreement" in f or "accuracy" in f], r
+    assert len(list(out.glob("slow200-*/summary.json"))) == 2
+    html = (out / "report.html").read_text()
+    assert 'id="power-table"' in html and "power curve" in html
+    assert "MDE" in capsys.readouterr().out
+
+
+def test_power_refuses_bad_sizes_in_one_line(tmp_path, capsys):
+    for pcts, words in (("x", "--pcts"), ("0", "PCT must be")):
+        assert main(["power", "smoke", "--pcts", pcts, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "o").exists()
