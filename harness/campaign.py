@@ -26,6 +26,12 @@ from .suite import Suite
 from .targets.base import SideSpec
 
 
+def run_dir_name(fault: str) -> str:
+    """A fault's run directory: `slow-step:50` -> `slow-step-50` (a colon in a relative link
+    reads as a URL scheme)."""
+    return fault.replace(":", "-")
+
+
 def check_name(c: dict) -> str:
     return f"{c['workload']}/{c['metric']}"
 
@@ -88,10 +94,11 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
                                  failures=clean["failures"]),
                       faults={})
         for f in faults:
-            s, code = camp.run(f, suite, base, replace(cand, faults=(f,)), overrides, log)
+            d = run_dir_name(f)
+            s, code = camp.run(d, suite, base, replace(cand, faults=(f,)), overrides, log)
             result["faults"][f] = dict(caught=bool(flagged(s)), by=flagged(s),
                                        verdict=s["verdict"], exit=code,
-                                       failures=s["failures"])
+                                       failures=s["failures"], dir=d)
         result["environment"] = environment()
         return "faults.json", result
     return _guarded(out, body, isolation)

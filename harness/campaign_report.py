@@ -19,7 +19,8 @@ def _matrix(res: dict) -> dict:
         good = (not hits) if name == "clean" else bool(hits)
         status = ("pass" if good else "FALSE ALARM") if name == "clean" else \
             ("caught" if good else "MISSED")
-        rows.append(dict(name=name, status=status, good=good, link=f"{name}/report.html",
+        rows.append(dict(name=name, status=status, good=good,
+                         link=f"{r.get('dir', name)}/report.html",
                          hits=[c in hits for c in cols]))
     return dict(columns=cols, rows=rows)
 
