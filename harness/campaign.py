@@ -165,11 +165,11 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
 
     def body(camp: _Campaign) -> tuple[str, dict]:
         per: dict[str, dict] = defaultdict(lambda: dict(aa=0, det=defaultdict(int),
-                                                        threshold=None))
+                                                        threshold=None, judged=False))
         runs = []
-        plan = [("clean", None)] + [(f"slow-step:{p:g}", p) for p in pcts]
-        for label, pct in plan:
-            side = cand if pct is None else replace(cand, faults=(f"slow-step:{pct:g}",))
+        for pct in (None, *pcts):
+            label = "clean" if pct is None else f"slow-step:{pct:g}"
+            side = cand if pct is None else replace(cand, faults=(label,))
             for i in range(n):
                 s, code = camp.run(f"{'clean' if pct is None else f'slow{pct:g}'}-{i:02d}",
                                    suite, base, side, overrides, log)
@@ -184,7 +184,7 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
                             row["aa"] += 1
                         else:
                             row["det"][pct] += 1
-                    row.setdefault("judged", set()).add(c["verdict"] != "info")
+                    row["judged"] |= c["verdict"] != "info"
         checks = {}
         for name, row in sorted(per.items()):
             fa = stats.proportion_ci_wilson(row["aa"], n, level=0.95)
@@ -195,7 +195,7 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
                                      rate_ci=[ci.lo, ci.hi])
             mde = next((p for p in sorted(pcts) if det[f"{p:g}"]["rate"] >= POWER_TARGET),
                        None)
-            checks[name] = dict(threshold=row["threshold"], judged=any(row["judged"]),
+            checks[name] = dict(threshold=row["threshold"], judged=row["judged"],
                                 false_alarms=row["aa"], false_alarm_rate=row["aa"] / n,
                                 false_alarm_ci=[fa.lo, fa.hi], detection=det, mde_pct=mde)
         return "power.json", dict(

@@ -61,13 +61,6 @@ def slow_step_pct(name: str) -> float | None:
     return pct
 
 
-def is_known(name: str) -> bool:
-    try:
-        return name in FAULTS or slow_step_pct(name) is not None
-    except ValueError:
-        return False
-
-
 class FaultSet:
     """The faults switched on for one runner instance (immutable)."""
 
