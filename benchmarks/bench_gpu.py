@@ -56,9 +56,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner_impl import LLM, SamplingParams  # noqa: E402
-from runner_impl.default_model import DEFAULT_MODEL_DIR  # noqa: E402
-from runner_impl.model import triton_base  # noqa: E402
+from mrbench.runner_impl import LLM, SamplingParams  # noqa: E402
+from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR  # noqa: E402
+from mrbench.runner_impl.model import triton_base  # noqa: E402
 
 LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048)
@@ -69,7 +69,7 @@ def make_random_llama(path: Path, shape: dict, seed: int = 0, std: float = 0.02)
     """HF-format Llama with N(0, std) weights in bf16, built on the GPU (fast) and saved."""
     import transformers
 
-    from runner_impl.model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer
+    from mrbench.runner_impl.model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer
     if (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file():
         return path
     path.mkdir(parents=True, exist_ok=True)
@@ -260,9 +260,9 @@ def bench_model(name: str, model_dir: Path, a: argparse.Namespace, log) -> dict:
 def sync_probe(model_dir: Path, faults: list[str]) -> dict:
     """V2 serving a mixed workload under mrbench's profiler collector (as `mrbench run`
     does: after warmup), syncs per step in the measured phases, from CUDA runtime events."""
-    from harness.collectors.profiler import count_per_step, profiled
-    from harness.phases import HOT_PHASES, PHASE_LABELS, STEP_LABEL
-    from harness.targets.bundled import label_phases
+    from mrbench.harness.collectors.profiler import count_per_step, profiled
+    from mrbench.harness.phases import HOT_PHASES, PHASE_LABELS, STEP_LABEL
+    from mrbench.harness.targets.bundled import label_phases
     llm = LLM(model_dir, device="cuda", max_num_seqs=16, max_num_batched_tokens=256,
               num_speculative_tokens=1, faults=faults)
     label_phases(llm)                                      # the harness's phase ranges

@@ -21,10 +21,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner_impl import LLM, SamplingParams  # noqa: E402
-from runner_impl.default_model import default_model_dir  # noqa: E402
-from workloads.gsm8k_problems import HELD_OUT_SEEDS, generate  # noqa: E402
-from workloads.gsm8k_scoring import PROMPT, STOP, score  # noqa: E402
+from mrbench.runner_impl import LLM, SamplingParams  # noqa: E402
+from mrbench.runner_impl.default_model import default_model_dir  # noqa: E402
+from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS, generate  # noqa: E402
+from mrbench.workloads.gsm8k_scoring import PROMPT, STOP, score  # noqa: E402
 
 MAX_TOKENS = 320
 

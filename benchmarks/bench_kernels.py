@@ -65,7 +65,7 @@ def graph_us(fn, reps: int = 30) -> float:
 
 
 def bench_gemms() -> list[dict]:
-    from runner_impl.model import triton_fused, triton_gemm
+    from mrbench.runner_impl.model import triton_fused, triton_gemm
     rows = []
     for name, N, K, split, gated in GEMMS:
         ws = [torch.randn(2 * N if gated else N, K, device="cuda", dtype=torch.bfloat16) * 0.02
@@ -83,7 +83,7 @@ def bench_gemms() -> list[dict]:
 
 
 def bench_attention() -> list[dict]:
-    from runner_impl.model import triton_attention as ta
+    from mrbench.runner_impl.model import triton_attention as ta
     torch.manual_seed(0)
     H, KVH, D, BS, maxb = 32, 8, 64, 16, 32
     caches = [torch.randn(2, ROWS * maxb + 1, BS, KVH, D, device="cuda", dtype=torch.bfloat16)

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runner_impl import LLM, RunnerError, SamplingParams  # noqa: E402
-from runner_impl.default_model import DEFAULT_MODEL_DIR  # noqa: E402
+from mrbench.runner_impl import LLM, RunnerError, SamplingParams  # noqa: E402
+from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR  # noqa: E402
 
 
 def resolve_model(arg: str | None) -> tuple[str, str]:
@@ -32,7 +32,7 @@ def resolve_model(arg: str | None) -> tuple[str, str]:
         return arg, arg
     if (DEFAULT_MODEL_DIR / "config.json").exists():
         return str(DEFAULT_MODEL_DIR), "bundled default"
-    from runner_impl.testing import make_tiny_llama
+    from mrbench.runner_impl.testing import make_tiny_llama
     d = make_tiny_llama(Path(tempfile.mkdtemp()) / "bench-llama", hidden_size=256,
                         intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
                         num_key_value_heads=4, max_position_embeddings=1024)

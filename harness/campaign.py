@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import stats
+from . import formatting, stats
 from .orchestrate import Isolation, Overrides, run_suite
 from .results import check_out, environment, write_json
 from .suite import Suite
@@ -212,5 +212,5 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
 
 
 def fmt_rate(c: dict) -> str:
-    lo, hi = c["rate_ci"]
-    return f"{c['false_alarms']}/{c['runs']} ({c['rate']:.0%}, CI {lo:.0%}-{hi:.0%})"
+    """A calibration check's false-alarm rate as the CLI prints it."""
+    return formatting.fmt_rate(c["false_alarms"], c["runs"], c["rate"], c["rate_ci"])

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .report import _environment, _fig_to_data_uri, fmt_num
+from .formatting import fmt_num
+from .html import environment, fig_to_data_uri, write_atomic
 
 
 def _matrix(res: dict) -> dict:
@@ -38,7 +39,7 @@ def _calibration_plot(checks: dict) -> str | None:
     ax.axvline(0, color="#999", lw=0.8)
     ax.set_xlabel("delta of each no-change run (latency: relative P99 change)")
     fig.tight_layout()
-    return _fig_to_data_uri(fig)
+    return fig_to_data_uri(fig)
 
 
 def _power_plot(res: dict) -> str | None:
@@ -59,7 +60,7 @@ def _power_plot(res: dict) -> str | None:
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=6, loc="lower right")
     fig.tight_layout()
-    return _fig_to_data_uri(fig)
+    return fig_to_data_uri(fig)
 
 
 def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
@@ -92,5 +93,5 @@ def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None
                                      over=max_rate is not None and c["rate"] > max_rate)
                                 for n, c in res["checks"].items()])
     out = camp_dir / "report.html"
-    out.write_text(_environment().get_template("campaign.html.j2").render(**ctx))
+    write_atomic(out, environment().get_template("campaign.html.j2").render(**ctx))
     return out

@@ -216,7 +216,7 @@ def print_summary(summary: dict, path: Path, as_json: bool) -> None:
 
 
 def _suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()):
-    from workloads import workloads as known_workloads
+    from mrbench.workloads import workloads as known_workloads
 
     from .orchestrate import Overrides
     from .suite import Suite, load_suite, shipped_suites, single_workload_suite
@@ -350,13 +350,13 @@ def cmd_power(a: argparse.Namespace) -> int:
 
 
 def cmd_steps(a: argparse.Namespace) -> int:
-    from runner_impl import FAULTS, RunnerError
+    from mrbench.runner_impl import FAULTS, RunnerError
 
     from . import steptrace
     from .errors import EXIT_REGRESSION
     if a.steps_cmd == "record":
-        from workloads.gsm8k_problems import HELD_OUT_SEEDS
-        from workloads.prompts import STOP, gsm8k_prompts
+        from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS
+        from mrbench.workloads.prompts import STOP, gsm8k_prompts
         if a.limit < 1 or a.max_num_seqs < 1:
             raise BadInput("--limit and --max-num-seqs must be >= 1")
         if a.runner not in ("v1", "v2"):
@@ -508,8 +508,8 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    from runner_impl import FAULTS
-    from workloads import workloads
+    from mrbench.runner_impl import FAULTS
+    from mrbench.workloads import workloads
 
     from .suite import load_suite, shipped_suites
     from .targets.base import TARGETS

@@ -62,7 +62,7 @@ class Batch:
 
 def describe_failure(e: BaseException) -> tuple[str, str]:
     """(one-line error, traceback); for an exception raised inside an engine's process
-    (harness.worker.RemoteError) its own type, message and traceback."""
+    (mrbench.harness.worker.RemoteError) its own type, message and traceback."""
     remote_tb = getattr(e, "remote_traceback", None)
     if remote_tb is not None:
         return str(e), remote_tb
@@ -133,7 +133,7 @@ def profiled_run(session: Session, prompts: list, batch: Batch, device: str
                  ) -> tuple[list[dict], list[dict]]:
     """Run `prompts` at once under torch.profiler (counts need shapes, not timing), with
     state audits on; (per-step counts, audit rows). Runs in the engine's own process when the
-    session is remote (harness.worker), since the profiler sees only its own process."""
+    session is remote (mrbench.harness.worker), since the profiler sees only its own process."""
     session.reset_steps()
     session.auditing = True      # state audits read the device: only in this pass
     try:

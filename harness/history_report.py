@@ -1,5 +1,5 @@
 """`mrbench history report`: each metric's trend per comparable group, with the first run
-of every new regime marked (change points from harness.changepoint), as one
+of every new regime marked (change points from mrbench.harness.changepoint), as one
 self-contained HTML file like a run's report.
 
 Which metrics: the candidate side's P99s, syncs/ops/allocations per step, accuracy,
@@ -17,13 +17,12 @@ change. The absolute series is still plotted; `absolute_latency=True` judges it 
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from . import history
 from .changepoint import detect
-from .report import _environment, _fig_to_data_uri, fmt_num
+from .formatting import fmt_num
+from .html import environment, fig_to_data_uri, write_atomic
 
 TRENDED = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms",
            "median_step_ms", "output_throughput", *history.CHECK_METRICS)
@@ -94,7 +93,7 @@ def _plot(s: dict) -> str:
     ax.set_xlabel("run", fontsize=7)
     ax.tick_params(labelsize=7)
     fig.tight_layout()
-    return _fig_to_data_uri(fig)
+    return fig_to_data_uri(fig)
 
 
 def render(db: Path, out: Path, latency_min_rel: float = 0.20,
@@ -115,16 +114,11 @@ def render(db: Path, out: Path, latency_min_rel: float = 0.20,
         groups.append(dict(title=title, n=n, subtitle=f"model {k['model']}",
                            plots=[dict(alt=f"{s['workload']} {s['metric']}", src=_plot(s))
                                   for s in g["series"]]))
-    html = _environment().get_template("history.html.j2").render(
+    html = environment().get_template("history.html.j2").render(
         n_runs=res["n_runs"], changes=changes, groups=groups,
         method=f"E-Divisive means with a permutation test (alpha 0.05); counts and accuracy: "
                f"any change; latency and throughput: at least {latency_min_rel:.0%}, judged on "
                + ("the candidate's own figures" if absolute_latency else
                   "the candidate/baseline ratio of each run (drift-free; absolute figures "
                   "plotted for context)"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(html)
-    os.replace(tmp, out)
-    return out, res
+    return write_atomic(out, html), res

@@ -6,7 +6,7 @@
 - `gsm8k_dataset` is that task's `custom_dataset`: it finds the JSONL at run time.
 - `score_responses` scores responses with lm-eval's own code (the task's filter ensembles and
   its `exact_match` metric, driven the way lm-eval's evaluator drives them), one result per
-  sample; `workloads.gsm8k_scoring.score_all(..., scorer="lm-eval")` uses it.
+  sample; `mrbench.workloads.gsm8k_scoring.score_all(..., scorer="lm-eval")` uses it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
-from workloads.gsm8k_scoring import Score
+from mrbench.workloads.gsm8k_scoring import Score
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
 TASK_NAME = "mrbench_gsm8k_local"
@@ -49,7 +49,7 @@ def gsm8k_dataset(data_file: str | None = None, docs: Sequence[dict] | None = No
         raise FileNotFoundError(
             f"{TASK_NAME}: GSM8K JSONL {path} does not exist; pass --metadata data_file=PATH, "
             f"or set {DATA_FILE_ENV} or MRBENCH_DATA_DIR (write generated problems with "
-            "`python -m workloads.gsm8k_problems --write PATH`)")
+            "`python -m mrbench.workloads.gsm8k_problems --write PATH`)")
     ds = datasets.load_dataset("json", data_files={"test": str(path)})
     missing = {"question", "answer"} - set(ds["test"].column_names)
     if missing:

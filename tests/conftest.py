@@ -1,6 +1,6 @@
 import pytest
 
-from runner_impl.testing import make_tiny_llama
+from mrbench.runner_impl.testing import make_tiny_llama
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +26,7 @@ def tiny_draft_model_dir(tmp_path_factory):
 # ---- shared workload for the runner tests ----------------------------------------------
 import random  # noqa: E402
 
-from runner_impl import LLM, SamplingParams  # noqa: E402
+from mrbench.runner_impl import LLM, SamplingParams  # noqa: E402
 
 # Small enough to force slot reuse (max_num_seqs) and chunked prefill (token budget).
 # float64: a random-weight model has near-ties (top-2 gaps ~1e-6) that float32 batch shapes

@@ -12,9 +12,9 @@ import signal
 import time
 from dataclasses import replace
 
-from harness.errors import BadInput
-from harness.targets.base import register
-from harness.targets.bundled import BundledSession
+from mrbench.harness.errors import BadInput
+from mrbench.harness.targets.base import register
+from mrbench.harness.targets.bundled import BundledSession
 
 BREAK_AT_MAX_NUM_SEQS = 3
 RUNNERS = ("segv", "exit", "hang")

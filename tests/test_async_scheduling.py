@@ -5,8 +5,8 @@ with the device (benchmarks/bench_gpu.py measures that)."""
 import pytest
 from conftest import GREEDY, RUNNER_KW, make_prompts, run
 
-from runner_impl import LLM, SamplingParams
-from runner_impl.errors import RunnerError
+from mrbench.runner_impl import LLM, SamplingParams
+from mrbench.runner_impl.errors import RunnerError
 
 
 def test_async_greedy_tokens_equal_sync(tiny_model_dir, prompts64, v2_greedy):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.bench_import import import_bench
-from harness.cli import main
+from mrbench.harness.bench_import import import_bench
+from mrbench.harness.cli import main
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "vllm_bench"
 P99 = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms")

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from runner_impl import LLM, SamplingParams
-from runner_impl.default_model import DEFAULT_MODEL_DIR, default_model_dir
-from workloads.gsm8k_problems import HELD_OUT_SEEDS, TRAIN_SEEDS, generate
-from workloads.gsm8k_scoring import PROMPT, STOP, score
+from mrbench.runner_impl import LLM, SamplingParams
+from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR, default_model_dir
+from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS, TRAIN_SEEDS, generate
+from mrbench.workloads.gsm8k_scoring import PROMPT, STOP, score
 
 GREEDY = SamplingParams(temperature=0, max_tokens=320, stop=list(STOP))
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from mrbench.harness.cli import main
 
 TINY = """name: tiny
 workloads:

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import changepoint as cp
-from harness.changepoint import ChangePoint, detect, energy_statistic
+from mrbench.harness import changepoint as cp
+from mrbench.harness.changepoint import ChangePoint, detect, energy_statistic
 
 
 def lognormal(seed: int, n: int, sigma: float, level: float = 100.0) -> np.ndarray:

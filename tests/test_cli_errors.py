@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from mrbench.harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,7 +159,7 @@ def test_compare_and_report_need_results_dirs(tmp_path, capsys):
 
 def test_entry_point_prints_one_line(tmp_path):
     """The installed console script, as a user runs it (no traceback on stderr)."""
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "nope",
+    r = subprocess.run([sys.executable, "-m", "mrbench.harness.cli", "run", "nope",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 2

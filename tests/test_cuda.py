@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from conftest import GREEDY, RUNNER_KW, make_prompts, run
-from harness.collectors.profiler import count_per_step, profiled
-from harness.phases import PHASE_LABELS, STEP_LABEL
-from harness.targets.bundled import label_phases
-from runner_impl import LLM, SamplingParams
-from runner_impl.default_model import DEFAULT_MODEL_DIR
+from mrbench.harness.collectors.profiler import count_per_step, profiled
+from mrbench.harness.phases import PHASE_LABELS, STEP_LABEL
+from mrbench.harness.targets.bundled import label_phases
+from mrbench.runner_impl import LLM, SamplingParams
+from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA device; CI machines have none")
@@ -87,7 +87,7 @@ def test_cuda_triton_varlen_attention_matches_reference(H, KVH, D, bs, uniform):
     """The kernel against a float32 reference, scattered blocks, GQA. uniform = 0: a mixed
     batch (decode rows, chunks with context, long prompts) through the prefill variant;
     1 or 3: a uniform-decode batch (k = 0 or 2) through the decode variant."""
-    from runner_impl.model.triton_attention import varlen_paged_attention
+    from mrbench.runner_impl.model.triton_attention import varlen_paged_attention
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
     ctxs = [0, 10, 3, 100, 0, 61]
@@ -123,8 +123,8 @@ def test_cuda_rope_cache_attention_equals_rope_then_attention(H, KVH, D, bs, qle
     """The decode launch that applies RoPE and writes the row's K/V itself leaves the same
     cache, bit for bit, and returns the same output as `rope_and_cache` followed by the
     decode variant; rows of more tokens than one program holds are not fused."""
-    from runner_impl.model import triton_attention as ta
-    from runner_impl.model import triton_fused
+    from mrbench.runner_impl.model import triton_attention as ta
+    from mrbench.runner_impl.model import triton_fused
     torch.manual_seed(qlen + H)
     dev, dt = "cuda", torch.bfloat16
     assert ta.fuses_rope(True, qlen, H, KVH)
@@ -160,8 +160,8 @@ def test_cuda_rope_cache_attention_equals_rope_then_attention(H, KVH, D, bs, qle
 def test_cuda_mixed_batch_triton_path_matches_sdpa_path(tiny_model_dir, monkeypatch):
     """The model's prefill/mixed path through the Triton kernel vs the PyTorch SDPA path, on
     one mixed batch (a prompt, a decode row with context, a chunk with context), bf16."""
-    import runner_impl.model.llama as llama
-    from runner_impl.model.loader import load_model
+    import mrbench.runner_impl.model.llama as llama
+    from mrbench.runner_impl.model.loader import load_model
     model, cfg = load_model(tiny_model_dir, torch.bfloat16, "cuda")
     bs, maxb = 8, 12
     caches = llama.allocate_kv_cache(cfg, 40, bs, torch.bfloat16, "cuda")
@@ -284,7 +284,7 @@ def test_cuda_fused_kernels_match_the_pytorch_ops():
     within one bf16 rounding."""
     import torch.nn.functional as F
 
-    from runner_impl.model import triton_fused
+    from mrbench.runner_impl.model import triton_fused
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
     T, H, KVH, D, nblk, bs = 37, 32, 8, 64, 20, 16
@@ -328,7 +328,7 @@ def test_cuda_skinny_gemm_matches_float64_reference(N, K, split_k, gated):
     products; split-K partials finished by add_rms_norm equal rounding their sum once."""
     import torch.nn.functional as F
 
-    from runner_impl.model import triton_fused, triton_gemm
+    from mrbench.runner_impl.model import triton_fused, triton_gemm
     torch.manual_seed(N + K)
     dev, dt = "cuda", torch.bfloat16
     w = torch.randn(2 * N if gated else N, K, device=dev, dtype=dt) * K ** -0.5
@@ -360,7 +360,7 @@ def test_cuda_skinny_gemm_matches_float64_reference(N, K, split_k, gated):
 def test_cuda_skinny_gemm_rows_independent_of_batch_size():
     """A row's result is bit-identical whether it is computed alone or among 64 rows, and
     more than 64 rows (prefill) go to cuBLAS."""
-    from runner_impl.model import triton_gemm
+    from mrbench.runner_impl.model import triton_gemm
     torch.manual_seed(1)
     w = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16) * 0.02
     x = torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16)
@@ -375,7 +375,7 @@ def test_cuda_pdl_changes_no_token(monkeypatch):
     predecessor before touching memory. So the bundled model (every Triton path: decode
     GEMMs, split-K, the gated epilogue, RoPE inside decode attention) must give the same
     bf16 tokens, bit for bit, with PDL on and off; a missing wait would show as a race."""
-    from runner_impl.model import triton_base
+    from mrbench.runner_impl.model import triton_base
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("PDL needs a Hopper or later GPU")
     prompts = make_prompts(64, seed=11, lo=3, hi=60)

@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from runner_impl.default_model import default_eagle_dir, default_model_dir
-from workloads.gsm8k_problems import HELD_OUT_SEEDS, TRAIN_SEEDS
+from mrbench.runner_impl.default_model import default_eagle_dir, default_model_dir
+from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS, TRAIN_SEEDS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import engine_faults  # noqa: F401  (registers the "faulty" target in this process)
-from harness.cli import main
+from mrbench.harness.cli import main
 
 SUITE = """name: faulty
 workloads:

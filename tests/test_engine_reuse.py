@@ -2,7 +2,7 @@
 on stderr, line by line, when stderr is a file (nightly logs)."""
 import json
 
-from harness.cli import main
+from mrbench.harness.cli import main
 
 SUITE = """name: reuse
 workloads:

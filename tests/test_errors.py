@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from runner_impl import LLM, ModelLoadError, RunnerError, SamplingParams
+from mrbench.runner_impl import LLM, ModelLoadError, RunnerError, SamplingParams
 
 
 @pytest.mark.parametrize("kwargs,needle", [

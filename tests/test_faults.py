@@ -10,9 +10,9 @@ import pytest
 from torch.profiler import ProfilerActivity, profile
 
 from conftest import RUNNER_KW, make_prompts
-from harness.targets.bundled import label_phases
-from runner_impl import FAULTS, LLM, SamplingParams
-from runner_impl.v2.dispatch import is_prefill_key
+from mrbench.harness.targets.bundled import label_phases
+from mrbench.runner_impl import FAULTS, LLM, SamplingParams
+from mrbench.runner_impl.v2.dispatch import is_prefill_key
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=24)
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero")

@@ -4,11 +4,11 @@ answer is known."""
 import numpy as np
 import pytest
 
-from harness import references
-from harness.compare import (MIN_WAVES, dispatch_check, latency_check, reference_check,
+from mrbench.harness import references
+from mrbench.harness.compare import (MIN_WAVES, dispatch_check, latency_check, reference_check,
                              spec_summary)
-from harness.execute import SideResult, wave_order
-from harness.suite import Thresholds
+from mrbench.harness.execute import SideResult, wave_order
+from mrbench.harness.suite import Thresholds
 
 TH = Thresholds(latency_rel=0.25)
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workloads.gsm8k_problems import (_KIND_SLOTS, _TEMPLATES, HELD_OUT_SEEDS, MAX_CHARS,
+from mrbench.workloads.gsm8k_problems import (_KIND_SLOTS, _TEMPLATES, HELD_OUT_SEEDS, MAX_CHARS,
                                       NAMES, TEMPLATE_IDS, TRAIN_SEEDS, GenConfig, Problem,
                                       check_split, final_answer, generate, to_jsonl_records)
 
@@ -101,7 +101,7 @@ def test_different_seeds_differ():
 
 def test_independent_of_hash_randomisation():
     """Same problems in fresh interpreters with different PYTHONHASHSEEDs (no set order)."""
-    code = ("import hashlib; from workloads.gsm8k_problems import generate; "
+    code = ("import hashlib; from mrbench.workloads.gsm8k_problems import generate; "
             "print(hashlib.sha256(repr(generate(5, 300)).encode()).hexdigest())")
     root = Path(__file__).resolve().parents[1]
     digests = {subprocess.run([sys.executable, "-c", code], cwd=root, check=True, text=True,

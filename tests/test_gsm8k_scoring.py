@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from workloads.gsm8k_scoring import (FALLBACK, exact_match, extract_flexible, extract_strict,
+from mrbench.workloads.gsm8k_scoring import (FALLBACK, exact_match, extract_flexible, extract_strict,
                                      score)
 
 

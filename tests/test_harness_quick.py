@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.cli import main
+from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow
 

@@ -25,11 +25,11 @@ lm_eval = pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from harness.lm_eval_gsm8k import TASK_NAME, TASKS_DIR, load_task  # noqa: E402
-from harness.lm_eval_model import MRBenchLM  # noqa: E402
-from workloads.gsm8k_problems import HELD_OUT_SEEDS  # noqa: E402
-from workloads.gsm8k_problems import main as write_problems  # noqa: E402
-from workloads.gsm8k_scoring import FALLBACK, PROMPT, STOP, score, score_all  # noqa: E402
+from mrbench.harness.lm_eval_gsm8k import TASK_NAME, TASKS_DIR, load_task  # noqa: E402
+from mrbench.harness.lm_eval_model import MRBenchLM  # noqa: E402
+from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS  # noqa: E402
+from mrbench.workloads.gsm8k_problems import main as write_problems  # noqa: E402
+from mrbench.workloads.gsm8k_scoring import FALLBACK, PROMPT, STOP, score, score_all  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -166,7 +166,7 @@ def test_task_reads_a_local_jsonl(tmp_path, monkeypatch):
 
 
 def test_workload_scorer_param_swaps_the_scorer():
-    from workloads.gsm8k import GSM8K, Item, Params
+    from mrbench.workloads.gsm8k import GSM8K, Item, Params
     assert Params().scorer == "mrbench" and Params(scorer="lm-eval").scorer == "lm-eval"
     with pytest.raises(ValueError):
         Params(scorer="sklearn")
@@ -196,7 +196,7 @@ def _gen(ctx, **gen_kwargs):
 
 
 def test_generate_until_honours_until_and_max_gen_toks(lm):
-    from runner_impl import SamplingParams
+    from mrbench.runner_impl import SamplingParams
     ctxs = ["Question: a b c\nAnswer:", "hello world", "x" * 30, "The cat sat on"]
     full = [o.text for o in lm.llm.generate(ctxs, SamplingParams(temperature=0, max_tokens=40))]
     stops = ["e", "a"]
@@ -302,10 +302,10 @@ def test_model_dir_without_config_is_named(tmp_path):
 def test_the_scorer_flag_reaches_the_gsm8k_workload():
     """`mrbench run gsm8k --scorer lm-eval` sets the workload's scorer (and only where a
     workload has one: a suite without GSM8K refuses the flag)."""
-    from harness.cli import _parser, _suite_and_sides
-    from harness.errors import BadInput
-    from harness.orchestrate import Overrides
-    from workloads import get_workload
+    from mrbench.harness.cli import _parser, _suite_and_sides
+    from mrbench.harness.errors import BadInput
+    from mrbench.harness.orchestrate import Overrides
+    from mrbench.workloads import get_workload
     a = _parser().parse_args(["run", "gsm8k", "--scorer", "lm-eval"])
     suite, _, _, ov = _suite_and_sides(a)
     fields = set(get_workload("gsm8k").Params.model_fields)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from runner_impl.errors import ModelLoadError
-from runner_impl.model import AttentionMetadata, LlamaConfig, allocate_kv_cache, load_model, load_tokenizer
-from runner_impl.testing import make_tiny_llama
+from mrbench.runner_impl.errors import ModelLoadError
+from mrbench.runner_impl.model import AttentionMetadata, LlamaConfig, allocate_kv_cache, load_model, load_tokenizer
+from mrbench.runner_impl.testing import make_tiny_llama
 
 ATOL = 1e-4
 SEQ_LENS = (13, 9, 21, 5)
@@ -126,7 +126,7 @@ def test_chunked_prefill_mixed_with_decode_matches_hf(model, seqs, reference, bl
 
 
 def test_row_segments_split_short_from_long_rows():
-    from runner_impl.model.llama import SHORT_QUERY, row_segments
+    from mrbench.runner_impl.model.llama import SHORT_QUERY, row_segments
     assert row_segments([1, 1, 3]) == [(0, 3)]
     assert row_segments([1, 1, SHORT_QUERY + 1, 40, 2]) == [(0, 2), (2, 4), (4, 5)]
     assert row_segments([]) == []

@@ -6,12 +6,12 @@ whose phases never ran says "not measured" (an error row, never a pass); on CUDA
 the host waiting for the device, not a host-side `.item()`."""
 import torch
 
-from harness import phases
-from harness.collectors.profiler import count_per_step, profiled
-from harness.compare import (Check, not_measured, sync_check, sync_warnings_check)
-from harness.execute import SideResult
-from harness.orchestrate import overall_verdict
-from harness.suite import Thresholds
+from mrbench.harness import phases
+from mrbench.harness.collectors.profiler import count_per_step, profiled
+from mrbench.harness.compare import (Check, not_measured, sync_check, sync_warnings_check)
+from mrbench.harness.execute import SideResult
+from mrbench.harness.orchestrate import overall_verdict
+from mrbench.harness.suite import Thresholds
 
 
 class ToyModel(torch.nn.Module):
@@ -180,8 +180,8 @@ def test_error_checks_fail_the_run_but_info_does_not():
 def test_the_bundled_runners_are_labelled_by_the_harness_not_by_themselves():
     """runner_impl emits no profiler ranges; `label_phases` puts the harness's around each
     runner's phase methods, and then every phase of every step is seen to run."""
-    from runner_impl import LLM, SamplingParams
-    from harness.targets.bundled import label_phases
+    from mrbench.runner_impl import LLM, SamplingParams
+    from mrbench.harness.targets.bundled import label_phases
     for runner in ("v2", "v1"):
         llm = LLM(None, runner=runner, max_num_seqs=2, num_speculative_tokens=1)
         sp = SamplingParams(temperature=0, max_tokens=8)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow
 

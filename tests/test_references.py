@@ -1,6 +1,6 @@
 """Stored op-count references follow a workload point, not the sweep around it."""
-from harness.references import params_hash
-from workloads.spec_decode import WORKLOAD, Params
+from mrbench.harness.references import params_hash
+from mrbench.workloads.spec_decode import WORKLOAD, Params
 
 
 def _point(proposers, ks=(2,)):

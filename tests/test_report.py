@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report import fmt_num, render_report
+from mrbench.harness.report import fmt_num, render_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 XSS = "<script>alert('x')</script> & boom"

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import GREEDY, RUNNER_KW, make_prompts, run
-from runner_impl import LLM, RunnerError, SamplingParams
+from mrbench.runner_impl import LLM, RunnerError, SamplingParams
 
 
 def hf_greedy(model_dir, prompts, max_new_tokens, eos=2) -> list[list[int]]:

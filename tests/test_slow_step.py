@@ -4,9 +4,9 @@ the forward phase the harness profiles)."""
 import pytest
 import torch
 
-from runner_impl import slow_step as ss
-from runner_impl.errors import RunnerError
-from runner_impl.faults import FAULTS, FaultSet, slow_step_pct
+from mrbench.runner_impl import slow_step as ss
+from mrbench.runner_impl.errors import RunnerError
+from mrbench.runner_impl.faults import FAULTS, FaultSet, slow_step_pct
 
 
 def test_the_ruler_is_parsed_and_kept_out_of_the_historic_faults():
@@ -47,7 +47,7 @@ def test_on_cpu_the_forward_is_followed_by_a_spin_of_pct_of_its_time(monkeypatch
 
 
 def test_the_bundled_v2_runner_takes_the_ruler_and_v1_refuses_it(tmp_path):
-    from runner_impl import LLM
+    from mrbench.runner_impl import LLM
     llm = LLM(runner="v2", faults=["slow-step:20"], max_num_seqs=2)
     runner = llm.cores[0].runner
     assert runner.slow_step is not None and runner.slow_step.frac == pytest.approx(0.2)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 from scipy import stats as sps
 
-from harness import stats as st
+from mrbench.harness import stats as st
 
 finite = hst.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 samples_st = hst.lists(finite, min_size=1, max_size=60)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from harness import steptrace
-from harness.cli import main
-from harness.errors import BadInput
-from workloads.prompts import STOP, gsm8k_prompts
+from mrbench.harness import steptrace
+from mrbench.harness.cli import main
+from mrbench.harness.errors import BadInput
+from mrbench.workloads.prompts import STOP, gsm8k_prompts
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from harness.cli import main
-from workloads import trace_replay, traces
+from mrbench.harness.cli import main
+from mrbench.workloads import trace_replay, traces
 
 SUITE = """name: t
 workloads:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import BadInput
-from workloads.traces import (
+from mrbench.harness.errors import BadInput
+from mrbench.workloads.traces import (
     TraceRequest, load_azure, load_mooncake, load_trace, prompt_tokens, shape, synthetic,
 )
 
@@ -111,7 +111,7 @@ def test_tail_and_partial_blocks():
 
 
 def test_prompt_tokens_ignore_pythonhashseed():
-    code = ("from workloads.traces import TraceRequest, prompt_tokens;"
+    code = ("from mrbench.workloads.traces import TraceRequest, prompt_tokens;"
             "print(sum(i * t for i, t in enumerate(prompt_tokens("
             "TraceRequest(1.5, 700, 3, (4,)), 50000, seed=2))))")
     root = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ def test_recipe_smoke(tmp_path):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from runner_impl import LLM, SamplingParams
+    from mrbench.runner_impl import LLM, SamplingParams
     hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(out)
     prompt = "Question: Ann has 3 cats and 4 dogs. How many pets?\nAnswer:"

@@ -1,5 +1,5 @@
 """Warmup coverage on vLLM: the batch classes each runner's warmup ran and serving used,
-recorded in the engine's process (harness.targets.vllm_dispatch), and the 40746 fault's
+recorded in the engine's process (mrbench.harness.targets.vllm_dispatch), and the 40746 fault's
 patch mechanism (a decorated module-level function, rebound where it was imported).
 
 The recording on the real engines is asserted on the GPU (tests/test_vllm_gpu.py); here,
@@ -9,9 +9,9 @@ import types
 
 import pytest
 
-from harness.targets import vllm_dispatch as vd
-from harness.targets import vllm_faults
-from workloads.warmup_coverage import WORKLOAD, Params
+from mrbench.harness.targets import vllm_dispatch as vd
+from mrbench.harness.targets import vllm_faults
+from mrbench.workloads.warmup_coverage import WORKLOAD, Params
 
 
 def test_a_batch_is_a_uniform_decode_only_at_the_decode_query_length():

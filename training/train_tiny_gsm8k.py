@@ -26,10 +26,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from runner_impl.model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer  # noqa: E402
-from workloads.gsm8k_problems import (HELD_OUT_SEEDS, TRAIN_SEEDS, GenConfig,  # noqa: E402
+from mrbench.runner_impl.model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer  # noqa: E402
+from mrbench.workloads.gsm8k_problems import (HELD_OUT_SEEDS, TRAIN_SEEDS, GenConfig,  # noqa: E402
                                       generate)
-from workloads.gsm8k_scoring import PROMPT, score  # noqa: E402
+from mrbench.workloads.gsm8k_scoring import PROMPT, score  # noqa: E402
 
 
 def encode(text: str, vocab: dict[str, int]) -> list[int]:
@@ -170,7 +170,7 @@ def train(cfg: dict, device: str, out: Path, time_budget_s: float | None = None)
 
 def evaluate(model_dir: Path, cfg: dict, device: str) -> dict:
     """Greedy accuracy through runner_impl V2, by number of reasoning steps."""
-    from runner_impl import LLM, SamplingParams
+    from mrbench.runner_impl import LLM, SamplingParams
 
     e = cfg["eval"]
     problems = [p for s in HELD_OUT_SEEDS[:e["held_out_seeds"]]
@@ -222,7 +222,7 @@ def model_card(out: Path, cfg: dict, tr: dict, ev: dict, config_path: str,
         f"| vocab | {m['vocab_size']} (one token per character) |",
         f"| context | {m['max_position_embeddings']} |",
         f"| training data | {tr['train_examples']:,} problems from seeds "
-        f"`TRAIN_SEEDS` = 0..999 of `workloads.gsm8k_problems`, 1-4 steps |",
+        f"`TRAIN_SEEDS` = 0..999 of `mrbench.workloads.gsm8k_problems`, 1-4 steps |",
         f"| steps x batch | {tr['steps']:,} x {tr['batch_size']} |",
         f"| final train loss | {tr['final_loss']} |",
         f"| wall time | {tr['train_s']} s training ({tr['data_gen_s']} s data generation) |",

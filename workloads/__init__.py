@@ -13,7 +13,7 @@ def workloads() -> dict[str, Any]:
 
 
 def get_workload(name: str) -> Any:
-    from harness.errors import BadInput
+    from mrbench.harness.errors import BadInput
     known = workloads()
     if name not in known:
         raise BadInput(f"unknown workload {name!r}; known: {', '.join(sorted(known))}")

@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import BadInput
-from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
-from harness.targets.base import EngineOptions, Session
+from mrbench.harness.errors import BadInput
+from mrbench.harness.execute import Batch, SideFailure, SideResult, drive_interleaved
+from mrbench.harness.targets.base import EngineOptions, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
 from .gsm8k_scoring import PROMPT, STOP, score_all

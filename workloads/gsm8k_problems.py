@@ -1540,14 +1540,14 @@ def check_split(seed: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m workloads.gsm8k_problems --write FILE [--seed S] [--limit N]`: write
+    """`python -m mrbench.workloads.gsm8k_problems --write FILE [--seed S] [--limit N]`: write
     generated problems as GSM8K JSONL (question, answer, plus provenance keys), e.g. for
     lm-eval's `mrbench_gsm8k_local` task (`--metadata data_file=FILE`)."""
     import argparse
     import json
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m workloads.gsm8k_problems",
+    ap = argparse.ArgumentParser(prog="python -m mrbench.workloads.gsm8k_problems",
                                  description="Write generated GSM8K-format problems as JSONL.")
     ap.add_argument("--write", required=True, metavar="FILE", help="output JSONL ('-' = stdout)")
     ap.add_argument("--seed", type=int, default=HELD_OUT_SEEDS[0],

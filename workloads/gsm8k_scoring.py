@@ -78,6 +78,6 @@ def score_all(responses: Sequence[str], references: Sequence[str], scorer: str =
     if scorer == "mrbench":
         return [score(r, a) for r, a in zip(responses, references)]
     if scorer == "lm-eval":
-        from harness.lm_eval_gsm8k import score_responses
+        from mrbench.harness.lm_eval_gsm8k import score_responses
         return score_responses(responses, references, questions)
     raise ValueError(f"unknown scorer {scorer!r}; known: {', '.join(SCORERS)}")

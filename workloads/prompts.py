@@ -2,9 +2,9 @@
 outputs, n-gram drafts and stop strings behave as in the accuracy workload)."""
 from __future__ import annotations
 
-from harness.errors import BadInput
-from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
-from harness.targets.base import Session
+from mrbench.harness.errors import BadInput
+from mrbench.harness.execute import Batch, SideFailure, SideResult, drive_interleaved
+from mrbench.harness.targets.base import Session
 
 from .gsm8k_problems import check_split, generate
 from .gsm8k_scoring import PROMPT, STOP

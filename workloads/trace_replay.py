@@ -19,9 +19,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import BadInput
-from harness.execute import Batch, SideFailure, SideResult, drive_interleaved
-from harness.targets.base import EngineOptions, Session, TimedPrompt
+from mrbench.harness.errors import BadInput
+from mrbench.harness.execute import Batch, SideFailure, SideResult, drive_interleaved
+from mrbench.harness.targets.base import EngineOptions, Session, TimedPrompt
 
 from . import traces
 

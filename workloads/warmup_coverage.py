@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.execute import SideFailure, SideResult
-from harness.targets.base import EngineOptions, Session
+from mrbench.harness.execute import SideFailure, SideResult
+from mrbench.harness.targets.base import EngineOptions, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS
 from .prompts import gsm8k_prompts, serve_prompts

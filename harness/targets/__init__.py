@@ -1,7 +1,7 @@
 """Targets register themselves on import; `vllm` imports vLLM only when a session opens.
 
 More targets can be plugged in without changing mrbench: `MRBENCH_TARGET_MODULES` names
-modules (comma-separated) that register targets with `harness.targets.base.register`; they
+modules (comma-separated) that register targets with `mrbench.harness.targets.base.register`; they
 are imported here, in the harness and in every engine process alike.
 """
 import importlib

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from runner_impl import FAULTS, LLM, RunnerError, SamplingParams
-from runner_impl.faults import slow_step_pct
+from mrbench.runner_impl import FAULTS, LLM, RunnerError, SamplingParams
+from mrbench.runner_impl.faults import slow_step_pct
 
 from .. import phases
 from ..errors import BadInput
@@ -30,7 +30,7 @@ def _draft_model(side: SideSpec, options: EngineOptions) -> str | None:
         return None
     if options.draft_model:
         return options.draft_model
-    from runner_impl.default_model import default_model_dir
+    from mrbench.runner_impl.default_model import default_model_dir
     return side.model or str(default_model_dir())     # self-drafting: exercises the path
 
 
@@ -231,7 +231,7 @@ class BundledTarget:
             if not torch.cuda.is_available():
                 raise BadInput(f"device {side.device!r} requested but CUDA is not available here")
         if side.model is not None:
-            from runner_impl.model.loader import load_config, load_tokenizer
+            from mrbench.runner_impl.model.loader import load_config, load_tokenizer
             try:
                 load_config(side.model)
                 load_tokenizer(side.model)
@@ -246,8 +246,8 @@ class BundledTarget:
             raise BadInput(f"bundled target: {e}") from None
 
     def context_len(self, side: SideSpec) -> int:
-        from runner_impl.default_model import default_model_dir
-        from runner_impl.model.loader import load_config
+        from mrbench.runner_impl.default_model import default_model_dir
+        from mrbench.runner_impl.model.loader import load_config
         return load_config(side.model or default_model_dir()).max_position_embeddings
 
     def info(self) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
             kw["speculative_config"] = dict(method="ngram", num_speculative_tokens=k,
                                             prompt_lookup_min=1, prompt_lookup_max=3)
         elif options.speculative_method == "eagle":
-            from runner_impl.default_model import DEFAULT_EAGLE_DIR, DEFAULT_MODEL_DIR
+            from mrbench.runner_impl.default_model import DEFAULT_EAGLE_DIR, DEFAULT_MODEL_DIR
             head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
                                            if Path(model) == DEFAULT_MODEL_DIR else None)
             if head is None:
@@ -399,7 +399,7 @@ class VllmSession:
     # -- the rest of the Session interface -----------------------------------------------
     def dispatch_log(self) -> list[tuple[str, str]]:
         """(phase, batch class) of every step the runner executed since the engine was
-        built: "warmup", "dummy" (runs that warm nothing), "serve" (harness.targets.
+        built: "warmup", "dummy" (runs that warm nothing), "serve" (mrbench.harness.targets.
         vllm_dispatch says what each runner's warmup is). None on CPU, where vLLM compiles
         one generic shape and dispatches no CUDA-graph classes: the check is not made."""
         return vllm_dispatch.log(self._runner()) if self.reads_dispatch else []
@@ -523,7 +523,7 @@ class VllmTarget:
         import json
         from pathlib import Path
 
-        from runner_impl.default_model import default_model_dir
+        from mrbench.runner_impl.default_model import default_model_dir
         model = Path(side.model) if side.model else default_model_dir()
         cfg = model / "config.json"
         if not model.is_dir():

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from runner_impl.errors import ModelLoadError
-from runner_impl.model.llama import LlamaConfig, LlamaForCausalLM
+from mrbench.runner_impl.errors import ModelLoadError
+from mrbench.runner_impl.model.llama import LlamaConfig, LlamaForCausalLM
 
 SINGLE_WEIGHTS = "model.safetensors"
 SHARDED_INDEX = "model.safetensors.index.json"

@@ -33,7 +33,7 @@ cat "$out/env.txt"
 run() {                                   # run NAME ARGS...: one mrbench run, timed
   local name=$1; shift
   local t0=$SECONDS
-  $py -m harness run "$@" --target vllm --device cuda --candidate v2 --baseline v1 \
+  $py -m mrbench run "$@" --target vllm --device cuda --candidate v2 --baseline v1 \
       --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s ($*)" | tee -a "$out/timings.txt"
@@ -48,7 +48,7 @@ faults() {                                # faults NAME SUITE FAULT...: clean, t
   local name=$1 suite=$2; shift 2
   local t0=$SECONDS args=()
   for f in "$@"; do args+=(--fault "$f"); done
-  $py -m harness faults "$suite" --target vllm --device cuda --candidate v2 --baseline v1 \
+  $py -m mrbench faults "$suite" --target vllm --device cuda --candidate v2 --baseline v1 \
       "${args[@]}" --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
   echo "$name: exit $? in $((SECONDS - t0)) s (faults $suite $*)" | tee -a "$out/timings.txt"
   cat "$out/runs/$name.stdout"

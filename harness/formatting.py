@@ -1,0 +1,78 @@
+"""Numbers as people read them: the one formatter for tables, reports and the CLI.
+
+Why one module: the CLI, the HTML reports and the campaign tables used to format numbers
+three ways, so one figure read differently depending on where it was printed.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MISSING = "—"
+
+
+def is_missing(x: Any) -> bool:
+    """None or a float NaN (what pandas gives for an empty cell)."""
+    if x is None:
+        return True
+    try:
+        return bool(isinstance(x, float) and math.isnan(x))
+    except TypeError:
+        return False
+
+
+def as_float(x: Any) -> float | None:
+    """A number as float, or None for missing, bools and what does not parse."""
+    if is_missing(x) or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def fmt_num(x: Any, signed: bool = False, sig: int = 4) -> str:
+    """Number for a table cell: ``sig`` significant digits, big numbers in full, None -> '—'."""
+    if is_missing(x):
+        return MISSING
+    if isinstance(x, bool):
+        return str(x).lower()
+    v = as_float(x)
+    if v is None:
+        return str(x)
+    if math.isinf(v):
+        return ("+" if signed and v > 0 else "") + ("∞" if v > 0 else "-∞")
+    sign = "+" if signed and v > 0 else ""
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if 10 ** sig <= a < 1e15:
+        return f"{sign}{v:,.0f}"
+    return f"{sign}{v:.{sig}g}"
+
+
+def fmt_p(p: Any) -> str:
+    """A p-value: three significant digits, tiny ones as '<1e-4'."""
+    v = as_float(p)
+    if v is None:
+        return MISSING
+    if 0 < v < 1e-4:
+        return "<1e-4"
+    return f"{v:.3g}"
+
+
+def fmt_ci(ci: Any) -> str:
+    """A confidence interval [lo, hi] of signed numbers."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return MISSING
+    lo, hi = (as_float(c) for c in ci)
+    if lo is None and hi is None:
+        return MISSING
+    return f"[{fmt_num(lo, signed=True)}, {fmt_num(hi, signed=True)}]"
+
+
+def fmt_rate(count: int, runs: int, rate: float, ci: tuple[float, float]) -> str:
+    """'k/n (rate%, CI lo%-hi%)' for a false-alarm or detection rate."""
+    lo, hi = ci
+    return f"{count}/{runs} ({rate:.0%}, CI {lo:.0%}-{hi:.0%})"
