@@ -54,7 +54,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import BadInput
+from mrbench.contract import BadInput, SideResult
+
+from . import stats
+from .compare import Check, latency_summary
+from .results import RunWriter, check_out, environment
 
 TARGET = "vllm-bench"
 WORKLOADS = {"serve": "vllm-bench-serve", "latency": "vllm-bench-latency"}
@@ -346,10 +350,7 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                  label: str | None = None) -> Path:
     """Write one results directory from vllm bench JSON files (one setup, pooled); returns
     its path. Bad input raises BadInput naming the file, before anything is written."""
-    from . import stats
-    from .compare import Check, latency_summary
-    from .execute import SideResult
-    from .results import RunWriter, check_out, environment
+
     if side not in ("baseline", "candidate"):
         raise BadInput(f"side must be baseline or candidate, got {side!r}")
     if not json_paths:

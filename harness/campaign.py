@@ -5,7 +5,8 @@ matrix says which checks flagged each fault. `calibrate`: the suite N times with
 runner on both sides (or a clean candidate, to measure a cross-runner gap); every
 regression verdict there is a false alarm, and the rate per check is what a threshold is
 judged by. Both write one directory: the runs under it, plus faults.json or
-calibration.json, renamed into place only when complete.
+calibration.json, renamed into place only when complete. Nothing here renders: the command
+writes the runs' and the campaign's report.html once the directory is in its place.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from . import formatting, stats
+from .compare import LATENCY_SOURCES
 from .orchestrate import Isolation, Overrides, run_suite
 from .results import check_out, environment, write_json
 from .suite import Suite
@@ -57,10 +59,7 @@ class _Campaign:
         return summary, code
 
     def commit(self, filename: str, payload: dict) -> Path:
-        from .campaign_report import render_campaign
         write_json(self.tmp / filename, payload)
-        render_campaign(self.tmp, filename.split(".")[0].replace("calibration", "calibrate"),
-                        payload)
         if self.out.exists():
             self.out.rmdir()
         os.replace(self.tmp, self.out)
@@ -161,7 +160,6 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
     latency regression is a detection). Per latency check: the false-alarm rate, the
     detection rate per PCT (Wilson 95 % CIs), and the minimum detectable effect: the
     smallest PCT detected in >= 80 % of its runs (None when no PCT reached it)."""
-    from .compare import LATENCY_SOURCES
 
     def body(camp: _Campaign) -> tuple[str, dict]:
         per: dict[str, dict] = defaultdict(lambda: dict(aa=0, det=defaultdict(int),

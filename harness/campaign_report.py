@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from .formatting import fmt_num
@@ -27,7 +28,6 @@ def _matrix(res: dict) -> dict:
 
 
 def _calibration_plot(checks: dict) -> str | None:
-    import matplotlib.pyplot as plt
     rows = [(n, c) for n, c in checks.items() if c.get("deltas")]
     if not rows:
         return None
@@ -45,7 +45,6 @@ def _calibration_plot(checks: dict) -> str | None:
 def _power_plot(res: dict) -> str | None:
     """Detection rate against the slowdown, one line per judged latency check; the false
     alarm rate at 0 %."""
-    import matplotlib.pyplot as plt
     rows = [(n, c) for n, c in res["checks"].items() if c["judged"]]
     if not rows:
         return None

@@ -12,8 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from mrbench.contract import SideResult
+
 from . import stats
-from .execute import SideResult
+from .collectors.agreement import first_divergence
+from .phases import HOT_PHASES
+from .references import count_means
 from .suite import Thresholds
 
 LATENCY_SOURCES = {   # metric (suite.LATENCY_METRICS) -> (table, column)
@@ -212,7 +216,6 @@ def accuracy_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) 
 
 def agreement_check(wl: str, base: SideResult, cand: SideResult,
                     th: Thresholds) -> Check | None:
-    from .collectors.agreement import first_divergence
     div = [first_divergence(b, c) for b, c in zip(base.tokens, cand.tokens)]
     n, agree = len(div), sum(d == -1 for d in div)
     if n == 0:                    # no tokens on a side (an imported vllm bench run): no check
@@ -247,7 +250,6 @@ def parity_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) ->
     agree on. Token-level, not request-level: engines differ in kernels, so a near-tie may flip
     once in a long output (and everything after it), which a request-level share would count
     as a whole failed request."""
-    from .collectors.agreement import first_divergence
     eq, total = token_parity(base.tokens, cand.tokens)
     rate = eq / total if total else math.nan
     div = [first_divergence(b, c) for b, c in zip(base.tokens, cand.tokens)]
@@ -272,7 +274,6 @@ def not_measured(side: SideResult, name: str) -> str | None:
     """Why a side's per-phase counts measured nothing, or None if every hot phase was seen
     to run. Zero syncs is a measurement only when the phases it counts in were seen to run;
     a runner whose phase labels did not attach would otherwise pass by construction."""
-    from .phases import HOT_PHASES
     if not side.profile:
         return f"not measured: no profiled step on the {name}"
     if f"ran_{HOT_PHASES[0]}" not in side.profile[0]:
@@ -385,7 +386,6 @@ def audit_check(wl: str, cand: SideResult, th: Thresholds) -> Check | None:
 def reference_check(wl: str, cand: SideResult, reference: dict | None,
                     th: Thresholds) -> Check | None:
     """Candidate ops (per phase) and allocations per step vs its own stored reference."""
-    from .references import count_means
     now = count_means(cand.profile)
     if not now:
         return None

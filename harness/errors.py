@@ -1,17 +1,10 @@
-"""The harness's two failure kinds, mapped to exit codes by the CLI.
+"""Exit codes of the CLI.
 
-BadInput (exit 2): the user's config, flags, dataset or paths are wrong; say what, in one
-line, before anything is written. WorkloadFailed (exit 3): a target crashed or hung; it is
-recorded in the results and the other workloads still run.
+0 pass; 1 a regression (or a missed fault); 2 bad input (`mrbench.contract.BadInput`: the
+user's config, flags, dataset or paths are wrong, said in one line before anything is
+written); 3 a run failed (a target crashed or hung; recorded in the results, and the other
+workloads still ran).
 """
 from __future__ import annotations
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_RUN_FAILED = 0, 1, 2, 3
-
-
-class BadInput(Exception):
-    """A problem with what the user gave us; the message is the whole error line."""
-
-
-class WorkloadFailed(Exception):
-    """A workload could not produce results on one side (crash, hang, engine error)."""

@@ -14,50 +14,13 @@ from __future__ import annotations
 import gc
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+
+from mrbench.contract import Batch, Completion, Session, SideFailure, SideResult, TimedPrompt
 
 from . import progress
 from .collectors.latency import inter_token_latencies, request_latency, step_rows
 from .collectors.profiler import count_per_step, profiled
-from .targets.base import Completion, Session, TimedPrompt
-
-
-@dataclass
-class SideResult:
-    """Everything one side produced for one workload; tables are lists of row dicts."""
-
-    requests: list[dict] = field(default_factory=list)
-    itl: list[dict] = field(default_factory=list)
-    steps: list[dict] = field(default_factory=list)
-    profile: list[dict] = field(default_factory=list)     # per profiled step
-    audits: list[dict] = field(default_factory=list)
-    dispatch: list[dict] = field(default_factory=list)    # (phase, kind, steps) incl. warmup
-    tokens: list[list[int]] = field(default_factory=list)
-    counters: dict[str, float] = field(default_factory=dict)
-    resolved: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
-
-
-@dataclass
-class SideFailure:
-    """A side that raised: the harness records it and carries on with the other side."""
-
-    error: str
-    traceback: str
-
-
-@dataclass
-class Batch:
-    """What a workload asks the driver to run, identically on every side: text prompts that
-    arrive together per wave (offline batch), or timed token prompts replayed open loop
-    (each wave's arrivals rebased to the wave's start)."""
-
-    prompts: list[str] | list[TimedPrompt]
-    max_tokens: int
-    stop: list[str]
-    wave_size: int                  # prompts per wave (a wave arrives at once)
-    profile_limit: int              # prompts repeated under the profiler (0 = none)
 
 
 def describe_failure(e: BaseException) -> tuple[str, str]:
@@ -216,3 +179,16 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
                                if batch.profile_limit > 0 else "") + ")")
     ok = {s: r for s, r in results.items() if s not in failed}
     return ok, {s: c for s, c in comps.items() if s not in failed}, failed
+
+
+@dataclass(frozen=True)
+class InterleavedDriver:
+    """The `Driver` (mrbench.contract) the orchestrator lends a workload: its batches run
+    through `drive_interleaved` on this device."""
+
+    device: str
+
+    def interleaved(self, sessions: dict[str, Session], batch: Batch
+                    ) -> tuple[dict[str, SideResult], dict[str, list[Completion]],
+                               dict[str, SideFailure]]:
+        return drive_interleaved(sessions, batch, self.device)

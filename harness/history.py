@@ -15,7 +15,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput
+from mrbench.contract import BadInput
+
 from .compare import LATENCY_SOURCES
 from .results import read_run
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+
 from . import history
 from .changepoint import detect
 from .formatting import fmt_num
@@ -81,7 +83,6 @@ def analyse(db: Path, latency_min_rel: float = 0.20, alpha: float = 0.05,
 
 
 def _plot(s: dict) -> str:
-    import matplotlib.pyplot as plt
     vals = [v for _, v in s["points"]]
     fig, ax = plt.subplots(figsize=(4.6, 2.4))
     ax.plot(range(1, len(vals) + 1), vals, "o-", ms=3, color="#2980b9")

@@ -60,12 +60,18 @@ import logging
 import re
 from typing import Any
 
-import torch
-from tqdm import tqdm
-
 import lm_eval.models  # noqa: F401  (lm-eval fills its built-in registry only while it is empty)
+import torch
+from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import model_registry
+from lm_eval.models.utils import normalize_gen_kwargs
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from mrbench.runner_impl import LLM, RunnerError, SamplingParams
+from mrbench.runner_impl.model import AttentionMetadata, allocate_kv_cache
 
 eval_logger = logging.getLogger(__name__)
 
@@ -104,7 +110,6 @@ class MRBenchLM(TemplateLM):
                  batch_size: Any = None, max_batch_size: Any = None,
                  lm_eval_device: Any = None, **engine_kwargs: Any) -> None:
         super().__init__()
-        from mrbench.runner_impl import LLM, RunnerError
 
         if model is not None and pretrained is not None and str(model) != str(pretrained):
             raise ValueError("mrbench model_args: give `model` or `pretrained`, not both")
@@ -121,7 +126,6 @@ class MRBenchLM(TemplateLM):
                            max_num_batched_tokens=max_num_batched_tokens, **engine_kwargs)
         except RunnerError as e:            # ModelLoadError included: one clear line
             raise ValueError(f"mrbench model_args: {e}") from None
-        from tokenizers import Tokenizer
         # lm-eval asks for encodings without special tokens (continuations, rolling windows);
         # runner_impl's Tokenizer always adds them, as generation prompts need.
         self._plain_tokenizer = Tokenizer.from_file(str(self.llm.model_dir / "tokenizer.json"))
@@ -141,7 +145,6 @@ class MRBenchLM(TemplateLM):
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
-        from lm_eval.utils import simple_parse_args_string
         return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     # ---- what lm-eval reads ---------------------------------------------------------
@@ -174,8 +177,6 @@ class MRBenchLM(TemplateLM):
 
     # ---- generation -----------------------------------------------------------------
     def _sampling(self, gen_kwargs: Any):
-        from lm_eval.models.utils import normalize_gen_kwargs
-        from mrbench.runner_impl import SamplingParams
 
         if not isinstance(gen_kwargs, dict):
             raise ValueError(f"mrbench: gen_kwargs must be a dict, got {gen_kwargs!r}")
@@ -241,7 +242,6 @@ class MRBenchLM(TemplateLM):
     def _logprobs(self, ids: list[int]) -> torch.Tensor:
         """Log-softmax over the vocabulary at every position of one sequence, [len, V]:
         one prefill row through the model's paged attention, on a private KV cache."""
-        from mrbench.runner_impl.model import AttentionMetadata, allocate_kv_cache
 
         model = self.llm.model
         dev = self.llm.config.torch_device
@@ -282,7 +282,6 @@ class MRBenchLM(TemplateLM):
         return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
-        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
         out = []
         for (string,) in tqdm([r.args for r in requests],
@@ -309,7 +308,6 @@ if MODEL_NAME not in model_registry:
 
 def main() -> None:
     """`mrbench-lm-eval`: lm-eval's CLI, unchanged, with the "mrbench" model registered."""
-    from lm_eval.__main__ import cli_evaluate
     cli_evaluate()
 
 

@@ -4,13 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .formatting import fmt_num, fmt_p
 from .results import read_run
-
-
-def _f(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
 def run_markdown(run_dir: Path) -> str:
@@ -25,8 +20,9 @@ def run_markdown(run_dir: Path) -> str:
         if c["verdict"] == "info":
             continue
         v = "**REGRESSION**" if c["verdict"] == "regression" else c["verdict"]
-        lines.append(f"| {c['workload']} | {c['metric']} | {_f(c['baseline'])} | "
-                     f"{_f(c['candidate'])} | {_f(c['delta'])} | {_f(c['p_value'])} | {v} |")
+        lines.append(f"| {c['workload']} | {c['metric']} | {fmt_num(c['baseline'])} | "
+                     f"{fmt_num(c['candidate'])} | {fmt_num(c['delta'], signed=True)} | "
+                     f"{fmt_p(c['p_value'])} | {v} |")
     for f in s.get("failures", []):
         lines.append(f"\nFAILED {f['workload']} ({f['side']}): {f['error']}")
     for u in s.get("unsupported", []):

@@ -13,16 +13,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
 
 from . import progress, references
 from .collectors.agreement import first_divergence
 from .compare import compare, latency_summary
-from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, BadInput
-from .execute import describe_failure
+from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+from .execute import InterleavedDriver, describe_failure
+from .progress import Progress
 from .results import RunWriter, check_out, environment
 from .suite import Suite
-from .progress import Progress
 from .targets.base import SideSpec, Unsupported, get_target, side_label
 from .worker import DEFAULT_CALL_TIMEOUT_S, HostPool
 
@@ -198,7 +201,6 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                        f"{suite.name!r}")
     for entry in suite.workloads:
         wl = get_workload(entry.workload)
-        from pydantic import ValidationError
         try:
             params = wl.Params.model_validate(
                 overrides.apply(entry.params, set(wl.Params.model_fields)))
@@ -207,10 +209,9 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
             raise BadInput(f"workload {entry.id!r}: {'.'.join(map(str, err['loc']))}: "
                            f"{err['msg']}") from None
         items = wl.prepare(params)
-        if hasattr(wl, "check_items"):
-            wl.check_items(params, items, min(targets[base.target].context_len(base),
-                                              targets[cand.target].context_len(cand)))
-        points = wl.points(params) if hasattr(wl, "points") else [("", params)]
+        wl.check_items(params, items, min(targets[base.target].context_len(base),
+                                          targets[cand.target].context_len(cand)))
+        points = wl.points(params)
         for suffix, pp in points:           # a sweep is one entry, many engine shapes
             plan.append((f"{entry.id}.{suffix}" if suffix else entry.id, entry, wl, pp, items))
     specs = dict(baseline=base, candidate=cand)
@@ -234,9 +235,8 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
             prog.workload = wid
             prog.status(wid)
             n_fail = len(failures)
-            needs = getattr(wl, "needs", frozenset())
             why = {s: r for s, sp in specs.items()
-                   if (r := _unsupported(targets[sp.target], sp, options, needs))}
+                   if (r := _unsupported(targets[sp.target], sp, options, wl.needs))}
             if why:                        # not this machine's: say so, it is no failure
                 for s, r in why.items():
                     unsupported.append(dict(workload=wid, side=s, target=specs[s].target,
@@ -260,7 +260,7 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
             results = {}
             try:
                 prog.status(f"{wid}: {' + '.join(sessions)}")
-                results, failed = wl.run(sessions, items, params, base.device)
+                results, failed = wl.run(sessions, items, params, InterleavedDriver(base.device))
                 for s, f in failed.items():
                     failures.append(dict(workload=wid, side=s, error=f.error,
                                          traceback=f.traceback))
@@ -314,7 +314,7 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                     seeds=dict(engine=dict(baseline=base.seed, candidate=cand.seed),
                                workloads={w: getattr(p, "seed", None) for w, _, _, p, _ in plan}),
                     workloads={w: dict(workload=e.workload, entry=e.id, params=p.model_dump(),
-                                       source=getattr(wl, "source", lambda _: None)(p),
+                                       source=wl.source(p),
                                        items=len(items)) for w, e, wl, p, items in plan},
                     resolved=resolved)
     path = writer.commit(manifest, summary)

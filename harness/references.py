@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 REF_DIR = Path(__file__).resolve().parents[1] / "results" / "baselines" / "op-counts"
 # Do not change the profiled pass: limits and scoring, and a sweep's lists (`ks`,
@@ -27,7 +28,6 @@ IGNORED_PARAMS = ("limit", "wave_size", "scorer", "ks", "proposers", "batch_size
 
 
 def build_key(resolved: dict[str, Any]) -> str:
-    import torch
     ver = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     parts = [resolved.get("target"), resolved.get("runner"),
              str(resolved.get("device", "cpu")).split(":")[0], resolved.get("dtype"),

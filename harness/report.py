@@ -7,7 +7,8 @@ inline CSS, every plot a ``data:image/png;base64`` image, no external resource o
 Layout: title + overall verdict badge (+ failures), the verdict table, per-workload plots
 (latency CDFs, P99 with CI, syncs per step per phase, per-step duration, accuracy and token
 agreement), then the manifest. Any input may be missing, empty or lack columns: the plot
-that needs it is skipped with a note, the report is still written.
+that needs it is skipped with a note, the report is still written. Tables are read with
+``results.read_table``, the reader compare uses too; a newer results format is refused.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pandas as pd
 
 from .formatting import as_float, fmt_ci, fmt_num, fmt_p, is_missing
 from .html import environment, fig_to_data_uri, write_atomic
+from .results import UnreadableTable, check_format, read_table
 from .stats import proportion_ci_wilson
 
 __all__ = ["render_report"]
@@ -86,26 +88,14 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
         return None, f"{path.name} unreadable: {e}"
 
 
-def _read_csv(path: Path) -> pd.DataFrame | None:
-    """The table, or None when absent, empty or unreadable. Column names stripped;
-    ``workload`` / ``side`` as strings when present."""
-    if not path.is_file():
-        return None
+def _read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """The table as `results.read_table` reads it (what compare reads too), or None when
+    absent, empty or unreadable: a report skips the plots of a table it cannot parse."""
     try:
-        # as text: a workload named "001" must still match summary.json
-        df = pd.read_csv(path, dtype={"workload": str, "side": str})
-    except pd.errors.EmptyDataError:      # an empty table (RunWriter writes one as "\n")
+        return read_table(run_dir, name)
+    except UnreadableTable as e:
+        log.warning("report: %s", e)
         return None
-    except (pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError) as e:
-        log.warning("report: cannot read %s: %s", path, e)
-        return None
-    df.columns = [str(c).strip() for c in df.columns]
-    for col in ("workload", "side"):
-        if col in df.columns:
-            df[col] = df[col].where(df[col].isna(), df[col].astype(str).str.strip())
-    if df.empty:
-        return None
-    return df
 
 
 def _num(df: pd.DataFrame, col: str) -> pd.Series:
@@ -489,6 +479,8 @@ def _build_context(run_dir: Path) -> dict:
             summary_err = "summary.json is not a JSON object"
         summary = {}
     manifest, manifest_err = _read_json(run_dir / "manifest.json")
+    if isinstance(manifest, dict):
+        check_format(manifest, run_dir)     # a newer results format: refused, one line
 
     checks = [c for c in (summary.get("checks") or []) if isinstance(c, dict)]
     failures = [f for f in (summary.get("failures") or []) if isinstance(f, dict)]
@@ -496,10 +488,10 @@ def _build_context(run_dir: Path) -> dict:
     if verdict not in ("pass", "regression", "error", "imported"):   # imported: no gate ran
         verdict = "error"
 
-    requests = _read_csv(run_dir / "requests.csv")
-    itl = _read_csv(run_dir / "itl.csv")
-    steps = _read_csv(run_dir / "steps.csv")
-    profile = _read_csv(run_dir / "profile.csv")   # profiled-pass steps: sync/op counts
+    requests = _read_table(run_dir, "requests")
+    itl = _read_table(run_dir, "itl")
+    steps = _read_table(run_dir, "steps")
+    profile = _read_table(run_dir, "profile")   # profiled-pass steps: sync/op counts
     ctx = {"checks": checks, "requests": requests, "itl": itl, "steps": steps, "profile": profile}
 
     workloads = []

@@ -1,8 +1,16 @@
-"""The results directory: manifest, tables, summary, report, written atomically.
+"""The results directory: manifest, tables and summary, written atomically, and read back.
 
 Everything is first written into a hidden sibling directory, which is renamed to the
 requested path only when complete, so a crash never leaves a half-written run behind.
 Tables are CSV (pandas) so they open anywhere; output tokens go to tokens.jsonl.
+
+Storage does not render: `report.html` is written by the command that made the run, from
+the run's final directory, after `RunWriter.commit`.
+
+This module is also the one reader of a results directory (`read_run`, `read_manifest`,
+`read_table`, `load_side`), so compare, report and history read a run the same way. The
+manifest carries `results_format`; a reader refuses a newer format than `RESULTS_FORMAT`
+with one line, and a manifest without the field is format 1.
 """
 from __future__ import annotations
 
@@ -20,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
-from .errors import BadInput
-from .execute import SideResult
+from mrbench.contract import BadInput, SideResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("requests", "itl", "steps", "profile", "audits", "dispatch")
+RESULTS_FORMAT = 1    # the layout of a results directory; bump it when a reader must change
+TEXT_COLUMNS = ("workload", "side")    # read as text: a workload named "1" stays "1"
 
 
 def default_out(suite: str) -> Path:
@@ -59,7 +69,6 @@ def _git(*args: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    import torch
     versions = {}
     for pkg in ("mrbench", "torch", "transformers", "numpy", "pandas", "scipy", "vllm"):
         try:
@@ -116,7 +125,10 @@ class RunWriter:
         self.tokens += [dict(workload=workload, side=side, req_index=i, token_ids=t)
                         for i, t in enumerate(res.tokens)]
 
-    def commit(self, manifest: dict, summary: dict, render: bool = True) -> Path:
+    def commit(self, manifest: dict, summary: dict) -> Path:
+        """Write the run into a hidden sibling, then rename it to `out`; returns `out`.
+        The manifest is stamped with `results_format`. Nothing is rendered here."""
+        manifest = dict(manifest, results_format=RESULTS_FORMAT)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
         try:
@@ -130,9 +142,6 @@ class RunWriter:
                 (tmp / rel).write_text(text, encoding="utf-8")
             write_json(tmp / "manifest.json", manifest)
             write_json(tmp / "summary.json", summary)
-            if render:
-                from .report import render_report
-                render_report(tmp)
             if self.out.exists():              # an empty directory (check_out allowed it)
                 self.out.rmdir()
             os.replace(tmp, self.out)
@@ -142,21 +151,97 @@ class RunWriter:
         return self.out
 
 
+def check_format(manifest: dict, run_dir: Path) -> None:
+    """Refuse, in one line, a run written in a newer results format than this mrbench
+    reads. A manifest without `results_format` is format 1 (runs older than the field)."""
+    fmt = manifest.get("results_format", 1)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
+        raise BadInput(f"{run_dir}: results format {fmt!r} is not a format version")
+    if fmt > RESULTS_FORMAT:
+        raise BadInput(f"{run_dir}: results format {fmt} is newer than this mrbench reads "
+                       f"({RESULTS_FORMAT}); upgrade mrbench")
+
+
+def _read_json(path: Path, run_dir: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"{run_dir} is not a results directory (no {path.name})") from None
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{run_dir}: corrupt JSON ({e.msg} at line {e.lineno})") from None
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """The manifest of a results directory, its format checked; BadInput naming what is
+    wrong (not a directory, no manifest, corrupt JSON, a newer format)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise BadInput(f"{run_dir} is not a results directory")
+    manifest = _read_json(run_dir / "manifest.json", run_dir)
+    if not isinstance(manifest, dict):
+        raise BadInput(f"{run_dir}: manifest.json is not a JSON object")
+    check_format(manifest, run_dir)
+    return manifest
+
+
+def read_run(run_dir: Path) -> tuple[dict, dict]:
+    """(manifest, summary) of a results directory, or BadInput naming what is wrong."""
+    manifest = read_manifest(run_dir)
+    return manifest, _read_json(Path(run_dir) / "summary.json", Path(run_dir))
+
+
+class UnreadableTable(BadInput):
+    """A table file that is there but does not parse (a report skips it; compare stops)."""
+
+
+def _check_dir_format(run_dir: Path) -> None:
+    """The format check for a reader of tables: a manifest that is absent or corrupt is
+    left to whoever reads it (read_run names it); only a newer format stops here."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(manifest, dict):
+        check_format(manifest, run_dir)
+
+
+def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """One table of a results directory (`requests`, `itl`, `steps`, ...), or None when it
+    is absent or has no rows. `workload` and `side` are read as text (a workload named "1"
+    is "1", as summary.json says), column names and those values stripped. A newer results
+    format raises BadInput; a file that does not parse raises UnreadableTable."""
+    run_dir = Path(run_dir)
+    _check_dir_format(run_dir)
+    path = run_dir / f"{name}.csv"
+    if not path.is_file():
+        return None
+    try:
+        df = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})
+    except pd.errors.EmptyDataError:      # an empty table (RunWriter writes one as "\n")
+        return None
+    except (pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UnreadableTable(f"{path}: unreadable table ({first})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    for col in TEXT_COLUMNS:
+        if col in df.columns:
+            df[col] = df[col].where(df[col].isna(), df[col].astype(str).str.strip())
+    if df.empty:
+        return None
+    return df
+
+
 def load_side(run_dir: Path, workload: str, side: str) -> SideResult:
     """Rebuild one side of one workload from a results directory (for `mrbench compare`)."""
+    run_dir = Path(run_dir)
+    read_manifest(run_dir)
     res = SideResult()
     for t in TABLES:
-        p = run_dir / f"{t}.csv"
-        if not p.is_file() or p.stat().st_size <= 1:
+        df = read_table(run_dir, t)
+        if df is None:
             continue
-        try:
-            df = pd.read_csv(p)
-        except pd.errors.EmptyDataError:
-            continue
-        if df.empty:
-            continue
-        df = df[(df["workload"] == workload) & (df["side"] == side)]
-        df = df.drop(columns=["workload", "side", "runner"])
+        df = df[(df["workload"] == str(workload)) & (df["side"] == side)]
+        df = df.drop(columns=["workload", "side", "runner"], errors="ignore")
         df = df.astype(object).where(df.notna(), None)
         setattr(res, t, df.to_dict("records"))
     toks = {}
@@ -164,21 +249,7 @@ def load_side(run_dir: Path, workload: str, side: str) -> SideResult:
     if tp.is_file():
         for line in tp.read_text().splitlines():
             row = json.loads(line)
-            if row["workload"] == workload and row["side"] == side:
+            if str(row["workload"]) == str(workload) and row["side"] == side:
                 toks[row["req_index"]] = row["token_ids"]
     res.tokens = [toks[i] for i in sorted(toks)]
     return res
-
-
-def read_run(run_dir: Path) -> tuple[dict, dict]:
-    """(manifest, summary) of a results directory, or BadInput naming what is wrong."""
-    if not run_dir.is_dir():
-        raise BadInput(f"{run_dir} is not a results directory")
-    try:
-        return (json.loads((run_dir / "manifest.json").read_text()),
-                json.loads((run_dir / "summary.json").read_text()))
-    except FileNotFoundError as e:
-        raise BadInput(f"{run_dir} is not a results directory (no {Path(e.filename).name})") \
-            from None
-    except json.JSONDecodeError as e:
-        raise BadInput(f"{run_dir}: corrupt JSON ({e.msg} at line {e.lineno})") from None

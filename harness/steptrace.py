@@ -23,12 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import torch
+
+from mrbench.contract import BadInput
 from mrbench.runner_impl import LLM, SamplingParams
 from mrbench.runner_impl.engine.core import EngineCore
 from mrbench.runner_impl.engine.kv_transfer import KVPayload, TensorCopyTransport
 from mrbench.runner_impl.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
-
-from .errors import BadInput
 
 FORMAT = "mrbench-steptrace/1"
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks",
@@ -92,7 +93,6 @@ def record(prompts: list[str], max_tokens: int, stop: list[str], out: Path, *,
                            sampled=dict(zip(out.req_ids, out.sampled_token_ids))))
     llm.add_step_callback(on_step)
     llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=stop))
-    import torch
     header = dict(event="header", format=FORMAT, runner=runner, faults=list(faults),
                   model=str(llm.model_dir), torch=torch.__version__,
                   engine={k: _jsonable(getattr(cfg, k)) for k in ENGINE_KEYS},

@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import BadInput
+from mrbench.contract import BadInput
+from mrbench.workloads import get_workload
 
 SUITES_DIR = Path(__file__).parent / "suites"
 LATENCY_METRICS = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms",
@@ -95,7 +96,6 @@ def shipped_suites() -> list[str]:
 
 def load_suite(name_or_path: str) -> Suite:
     """A shipped suite by name, or a YAML file by path; workload params are validated too."""
-    from mrbench.workloads import get_workload
     path = Path(name_or_path)
     if not path.suffix:
         path = SUITES_DIR / f"{name_or_path}.yaml"
@@ -129,6 +129,5 @@ def load_suite(name_or_path: str) -> Suite:
 
 def single_workload_suite(workload: str) -> Suite:
     """`mrbench run gsm8k`: one workload with its default parameters."""
-    from mrbench.workloads import get_workload
     get_workload(workload)
     return Suite(name=workload, workloads=[WorkloadEntry(id=workload, workload=workload)])

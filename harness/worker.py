@@ -27,8 +27,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput
-from .targets.base import EngineOptions, SideSpec, Unsupported
+from mrbench.contract import BadInput, EngineOptions
+
+from .execute import profiled_run
+from .targets import get_target
+from .targets.base import SideSpec, Unsupported
 
 DEFAULT_CALL_TIMEOUT_S = 900.0       # one call: a wave, a profiled pass, an engine start
 CLOSE_TIMEOUT_S = 30.0
@@ -80,8 +83,6 @@ def _child(conn) -> None:
     then exits after one session)."""
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-    from .execute import profiled_run
-    from .targets import get_target  # registers every target
 
     def reply_error(e: BaseException) -> None:
         status = ("bad_input" if isinstance(e, BadInput) else
@@ -218,7 +219,6 @@ class RemoteSession:
 
     def __init__(self, host: EngineHost, target_name: str, spec: SideSpec,
                  options: EngineOptions, log_path: Path) -> None:
-        from .targets import get_target
         self.host, self.log_path = host, Path(log_path)
         self.reusable = bool(getattr(get_target(target_name), "reopen_in_process", False))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -292,7 +292,6 @@ class HostPool:
         try:
             return RemoteSession(host, target_name, spec, options, log_path)
         except BaseException:
-            from .targets import get_target
             if not getattr(get_target(target_name), "reopen_in_process", False):
                 host.shutdown()          # its process ends after a failed open: next one is new
             raise

@@ -35,7 +35,7 @@ FAULTS: dict[str, Fault] = {
               "v2/rejection_sampler.py count_sampled: cat a -1 column and argmax the "
               "first -1 instead of (out != -1).sum(1)"),
         Fault("warmup-short-prefill", 40746, "warmup misses the prefill path",
-              "v2/warmup.py: the dummy prefill prompt has 2 tokens instead of 2 + k"),
+              "engine/warmup.py: the dummy prefill prompt has 2 tokens instead of 2 + k"),
     )
 }
 

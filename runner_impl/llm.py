@@ -21,6 +21,8 @@ from .engine.request import Request, RequestStatus
 from .errors import RunnerError
 from .model.loader import load_model, load_tokenizer
 from .sampling_params import SamplingParams
+from .v1.model_runner import ModelRunnerV1
+from .v2.model_runner import ModelRunnerV2
 
 Prompt = str | Sequence[int] | dict
 
@@ -101,8 +103,9 @@ class LLM:
                 raise RunnerError(f"draft model vocab {dcfg.vocab_size} != target vocab "
                                   f"{self.model_config.vocab_size}")
         self.eos_token_ids = tuple(self.tokenizer.eos_token_ids or self.model_config.eos_token_ids)
+        runner_cls = ModelRunnerV2 if cfg.runner == "v2" else ModelRunnerV1
         mk = lambda name: EngineCore(cfg, self.model, draft, self.max_model_len, name,  # noqa: E731
-                                     self._check_stop_strings, self._receive_kv)
+                                     runner_cls, self._check_stop_strings, self._receive_kv)
         self.cores = [mk("prefill"), mk("decode")] if cfg.pd_disagg else [mk("colocated")]
         self.transport = transport or TensorCopyTransport()
         self._requests: dict[str, Request] = {}
@@ -113,10 +116,6 @@ class LLM:
                 core.warmup()
 
     # ---- engine-level API ------------------------------------------------------------
-    @property
-    def runner_name(self) -> str:
-        return self.config.runner
-
     @property
     def step_records(self) -> list[StepRecord]:
         return [r for core in self.cores for r in core.step_records]

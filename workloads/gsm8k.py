@@ -14,9 +14,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mrbench.harness.errors import BadInput
-from mrbench.harness.execute import Batch, SideFailure, SideResult, drive_interleaved
-from mrbench.harness.targets.base import EngineOptions, Session
+from mrbench.contract import (
+    BadInput,
+    Batch,
+    Driver,
+    EngineOptions,
+    Outcome,
+    Session,
+    SideResult,
+    WorkloadBase,
+)
 
 from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
 from .gsm8k_scoring import PROMPT, STOP, score_all
@@ -71,7 +78,7 @@ def _load_jsonl(path: Path, limit: int) -> list[Item]:
 
 def _load_hub(repo: str, limit: int) -> list[Item]:
     try:
-        import datasets
+        import datasets  # lazy: optional, only hf: datasets need it
     except ImportError:
         raise BadInput(f"dataset hf:{repo} needs the 'datasets' package (pip install datasets)") \
             from None
@@ -83,7 +90,7 @@ def _load_hub(repo: str, limit: int) -> list[Item]:
     return [Item(r["question"], r["answer"]) for r in ds.select(range(min(limit, len(ds))))]
 
 
-class GSM8K:
+class GSM8K(WorkloadBase):
     name = "gsm8k"
     description = "GSM8K strict/flexible accuracy (lm-eval gsm8k prompt, 0-shot, greedy)"
     Params = Params
@@ -109,15 +116,15 @@ class GSM8K:
     def source(self, p: Params) -> str:
         return p.dataset or f"generated:seed={p.seed}"
 
-    def run(self, sessions: dict[str, Session], items: list[Item], p: Params, device: str
-            ) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
+    def run(self, sessions: dict[str, Session], items: list[Item], p: Params, driver: Driver
+            ) -> Outcome:
         prompts = [PROMPT.format(question=it.question) for it in items]
         # Prompts the model's context cannot hold are scored wrong, on both sides alike.
         any_session = next(iter(sessions.values()))
         run_idx = [i for i, pr in enumerate(prompts) if any_session.fits(pr, p.max_tokens)]
         batch = Batch([prompts[i] for i in run_idx], p.max_tokens, list(STOP),
                       p.wave_size or 2 * p.max_num_seqs, p.profile_limit)
-        results, comps, failed = drive_interleaved(sessions, batch, device)
+        results, comps, failed = driver.interleaved(sessions, batch)
         for side, res in results.items():
             self._score(res, comps[side], items, run_idx, p.scorer)
         return results, failed

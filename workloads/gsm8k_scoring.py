@@ -7,13 +7,15 @@ Two filters, each followed by take-first, then exact match after the same normal
 No match gives lm-eval's fallback "[invalid]", which never equals a reference.
 
 `score_all(..., scorer="lm-eval")` gets the same per-sample results from lm-eval's own filter
-and metric code instead (harness/lm_eval_gsm8k.py); tests/test_lm_eval.py holds the two equal.
+and metric code instead (workloads/lm_eval_gsm8k.py); tests/test_lm_eval.py holds the two equal.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Sequence
+
+from .lm_eval_gsm8k import score_responses
 
 FALLBACK = "[invalid]"
 PROMPT = "Question: {question}\nAnswer:"
@@ -78,6 +80,5 @@ def score_all(responses: Sequence[str], references: Sequence[str], scorer: str =
     if scorer == "mrbench":
         return [score(r, a) for r, a in zip(responses, references)]
     if scorer == "lm-eval":
-        from mrbench.harness.lm_eval_gsm8k import score_responses
-        return score_responses(responses, references, questions)
+        return [Score(*r) for r in score_responses(responses, references, questions)]
     raise ValueError(f"unknown scorer {scorer!r}; known: {', '.join(SCORERS)}")

@@ -13,11 +13,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mrbench.harness.execute import SideFailure, SideResult
-from mrbench.harness.targets.base import EngineOptions, Session
+from mrbench.contract import Driver, EngineOptions, Outcome, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS
-from .prompts import gsm8k_prompts, serve_prompts
+from .prompts import GeneratedPrompts, serve_prompts
 
 
 class Params(BaseModel):
@@ -41,7 +40,7 @@ class Params(BaseModel):
     batch_size: int | None = Field(None, ge=1)
 
 
-class SpecDecode:
+class SpecDecode(GeneratedPrompts):
     name = "spec-decode"
     description = "spec-decode latency sweep: k x proposer x batch size; AL, per-step P99"
     Params = Params
@@ -62,17 +61,11 @@ class SpecDecode:
                              speculative_method=p.proposer or p.proposers[0],
                              draft_model=p.draft_model, state_audit=p.state_audit)
 
-    def prepare(self, p: Params) -> list[str]:
-        return gsm8k_prompts(p.seed, p.limit)
-
-    def source(self, p: Params) -> str:
-        return f"generated:seed={p.seed}"
-
-    def run(self, sessions: dict[str, Session], items: list[str], p: Params, device: str
-            ) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
+    def run(self, sessions: dict[str, Session], items: list[str], p: Params, driver: Driver
+            ) -> Outcome:
         bs = p.batch_size or p.batch_sizes[0]
         return serve_prompts(sessions, items, p.max_tokens, p.wave_size or 2 * bs,
-                             p.profile_limit, device)
+                             p.profile_limit, driver)
 
 
 WORKLOAD = SpecDecode()

@@ -19,9 +19,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mrbench.harness.errors import BadInput
-from mrbench.harness.execute import Batch, SideFailure, SideResult, drive_interleaved
-from mrbench.harness.targets.base import EngineOptions, Session, TimedPrompt
+from mrbench.contract import (
+    BadInput,
+    Batch,
+    Driver,
+    EngineOptions,
+    Outcome,
+    Session,
+    TimedPrompt,
+    WorkloadBase,
+)
 
 from . import traces
 
@@ -45,7 +52,7 @@ class Params(BaseModel):
     seed: int = Field(0, ge=0)                     # token ids of the synthetic prompts
 
 
-class TraceReplay:
+class TraceReplay(WorkloadBase):
     name = "trace-replay"
     description = "open-loop PD replay of a Mooncake/Azure/synthetic trace: P99s, queueing, KV"
     Params = Params
@@ -74,16 +81,16 @@ class TraceReplay:
                                f"{context_len}; lower max_input_len / max_output_len")
 
     def run(self, sessions: dict[str, Session], items: list[traces.TraceRequest], p: Params,
-            device: str) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
+            driver: Driver) -> Outcome:
         first = next(iter(sessions.values()))
         block = max(1, round(traces.MOONCAKE_BLOCK_TOKENS * p.length_scale))
         vocab = first.vocab_size
         timed = [TimedPrompt(r.arrival_s, tuple(traces.prompt_tokens(
                      r, vocab, block, seed=p.seed, reserved=RESERVED_IDS)), r.output_len)
                  for r in items]
-        results, _, failed = drive_interleaved(
+        results, _, failed = driver.interleaved(
             sessions, Batch(timed, p.max_output_len, [], p.wave_size or len(timed),
-                            p.profile_limit), device)
+                            p.profile_limit))
         return results, failed
 
 

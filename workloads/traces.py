@@ -18,7 +18,6 @@ import csv
 import hashlib
 import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from mrbench.harness.errors import BadInput
+from mrbench.contract import BadInput, data_dir
 
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -50,9 +49,8 @@ class TraceRequest:
 
 
 def traces_dir() -> Path:
-    """$MRBENCH_DATA_DIR/traces (default ../shared/data/traces next to the repo)."""
-    default = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return Path(os.environ.get("MRBENCH_DATA_DIR", default)) / "traces"
+    """The data directory's traces/ (`mrbench.contract.data_dir`)."""
+    return data_dir() / "traces"
 
 
 # ---- loading ---------------------------------------------------------------------------

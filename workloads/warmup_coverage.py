@@ -12,11 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mrbench.harness.execute import SideFailure, SideResult
-from mrbench.harness.targets.base import EngineOptions, Session
+from mrbench.contract import Driver, EngineOptions, Outcome, Session
 
 from .gsm8k_problems import HELD_OUT_SEEDS
-from .prompts import gsm8k_prompts, serve_prompts
+from .prompts import GeneratedPrompts, serve_prompts
 
 
 class Params(BaseModel):
@@ -34,7 +33,7 @@ class Params(BaseModel):
     speculative_method: Literal["ngram", "draft", "eagle"] = "ngram"
 
 
-class WarmupCoverage:
+class WarmupCoverage(GeneratedPrompts):
     name = "warmup"
     description = "warmup coverage: dispatch classes warmed vs served, for k in 0..4"
     Params = Params
@@ -53,16 +52,10 @@ class WarmupCoverage:
                              num_speculative_tokens=p.ks[0] if p.k is None else p.k,
                              speculative_method=p.speculative_method)
 
-    def prepare(self, p: Params) -> list[str]:
-        return gsm8k_prompts(p.seed, p.limit)
-
-    def source(self, p: Params) -> str:
-        return f"generated:seed={p.seed}"
-
-    def run(self, sessions: dict[str, Session], items: list[str], p: Params, device: str
-            ) -> tuple[dict[str, SideResult], dict[str, SideFailure]]:
+    def run(self, sessions: dict[str, Session], items: list[str], p: Params, driver: Driver
+            ) -> Outcome:
         # One wave of every prompt, no profiled steps: only the dispatch classes matter.
-        return serve_prompts(sessions, items, p.max_tokens, len(items), 0, device)
+        return serve_prompts(sessions, items, p.max_tokens, len(items), 0, driver)
 
 
 WORKLOAD = WarmupCoverage()

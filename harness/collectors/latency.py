@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..targets.base import Completion, Step
+from mrbench.contract import Completion, Step
 
 
 def request_latency(c: Completion) -> dict:

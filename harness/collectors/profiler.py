@@ -37,7 +37,7 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero")
 LISTED_OPS = SYNC_OPS + ("aten::item",)
 CUDA_SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                    "cudaMemcpy")
-from ..phases import HOT_PHASES   # 'output' holds the step's one wait for its output copy
+from ..phases import HOT_PHASES  # 'output' holds the step's one wait for its output copy
 
 
 @dataclass

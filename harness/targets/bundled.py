@@ -2,23 +2,26 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import torch
 
+from mrbench.contract import AuditSample, BadInput, Completion, EngineOptions, Step, TimedPrompt
 from mrbench.runner_impl import FAULTS, LLM, RunnerError, SamplingParams
+from mrbench.runner_impl.default_model import default_model_dir
 from mrbench.runner_impl.faults import slow_step_pct
+from mrbench.runner_impl.model.loader import load_config, load_tokenizer
 
 from .. import phases
-from ..errors import BadInput
-from .base import (AuditSample, Completion, EngineOptions, SideSpec, Step, TimedPrompt,
-                   register)
+from . import open_loop
+from .base import SideSpec, register
 
 RUNNERS = ("v2", "v1")
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
     try:
         return version("mrbench")
     except PackageNotFoundError:
@@ -30,7 +33,6 @@ def _draft_model(side: SideSpec, options: EngineOptions) -> str | None:
         return None
     if options.draft_model:
         return options.draft_model
-    from mrbench.runner_impl.default_model import default_model_dir
     return side.model or str(default_model_dir())     # self-drafting: exercises the path
 
 
@@ -125,25 +127,18 @@ class BundledSession:
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
         llm = self.llm
-        order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
-        ids: dict[int, str] = {}
         done: dict[str, object] = {}
-        t0 = time.perf_counter()
-        nxt = 0
-        while nxt < len(order) or llm.has_unfinished():
-            now = time.perf_counter() - t0
-            while nxt < len(order) and requests[order[nxt]].arrival_s <= now:
-                r = requests[order[nxt]]
-                sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
-                ids[order[nxt]] = llm.add_request({"prompt_token_ids": list(r.prompt_token_ids)},
-                                                  sp, arrival_time=t0 + r.arrival_s)
-                nxt += 1
-            if llm.has_unfinished():
-                for out in llm.step():
-                    done[out.request_id] = out
-            elif nxt < len(order):              # idle until the next arrival
-                time.sleep(max(0.0, min(requests[order[nxt]].arrival_s - now, 0.05)))
-        return [self._completion(done[ids[i]]) for i in range(len(requests))]
+
+        def add(r: TimedPrompt, arrival_time: float) -> str:
+            sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
+            return llm.add_request({"prompt_token_ids": list(r.prompt_token_ids)}, sp,
+                                   arrival_time=arrival_time)
+
+        def step() -> None:
+            for out in llm.step():
+                done[out.request_id] = out
+        ids = open_loop.replay(requests, add, step, llm.has_unfinished)
+        return [self._completion(done[i]) for i in ids]
 
     def dispatch_log(self) -> list[tuple[str, str]]:
         return [(phase, str(key[0]) if key else "empty")
@@ -227,11 +222,9 @@ class BundledTarget:
         if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
             raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
         if side.device.startswith("cuda"):
-            import torch
             if not torch.cuda.is_available():
                 raise BadInput(f"device {side.device!r} requested but CUDA is not available here")
         if side.model is not None:
-            from mrbench.runner_impl.model.loader import load_config, load_tokenizer
             try:
                 load_config(side.model)
                 load_tokenizer(side.model)
@@ -246,8 +239,6 @@ class BundledTarget:
             raise BadInput(f"bundled target: {e}") from None
 
     def context_len(self, side: SideSpec) -> int:
-        from mrbench.runner_impl.default_model import default_model_dir
-        from mrbench.runner_impl.model.loader import load_config
         return load_config(side.model or default_model_dir()).max_position_embeddings
 
     def info(self) -> dict[str, Any]:
@@ -262,5 +253,4 @@ class BundledTarget:
         return None
 
     def engine_key(self, side: SideSpec, options: EngineOptions) -> Any:
-        from dataclasses import replace
         return (side, replace(options, gpu_memory_share=None))   # it sizes its own KV cache

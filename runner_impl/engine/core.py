@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -13,6 +13,7 @@ from .block_manager import BlockAllocator, cdiv
 from .outputs import ModelRunnerOutput, SchedulerOutput
 from .request import Request
 from .scheduler import Scheduler
+from .warmup import run_warmup
 
 
 @dataclass
@@ -30,11 +31,11 @@ class StepRecord:
 class EngineCore:
     def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM,
                  draft_model: LlamaForCausalLM | None, max_model_len: int, name: str,
+                 runner_cls: Callable[..., Any],
                  stop_checker: Callable[[Request], None] | None = None,
                  on_admit: Callable[[Request], None] | None = None) -> None:
-        from ..v1.model_runner import ModelRunnerV1
-        from ..v2.model_runner import ModelRunnerV2
-
+        # runner_cls: the model runner class (V1 or V2), chosen by the caller, so the engine
+        # layer never imports the runners that consume its scheduler types.
         self.cfg, self.model, self.name, self.max_model_len = cfg, model, name, max_model_len
         k, bs = cfg.num_speculative_tokens, cfg.block_size
         self.max_blocks_per_req = cdiv(max_model_len + k, bs)
@@ -51,7 +52,6 @@ class EngineCore:
             draft = (draft_model, self.draft_kv_caches)
         else:
             self.draft_kv_caches = []
-        runner_cls = ModelRunnerV2 if cfg.runner == "v2" else ModelRunnerV1
         self.runner = runner_cls(cfg, model, self.kv_caches, max_model_len,
                                  self.max_blocks_per_req, draft)
         self.scheduler = Scheduler(
@@ -65,7 +65,6 @@ class EngineCore:
         self.step_callbacks: list[Callable[["EngineCore", SchedulerOutput, ModelRunnerOutput], None]] = []
 
     def warmup(self) -> None:
-        from ..warmup import run_warmup
         run_warmup(self)
 
     @property

@@ -35,7 +35,6 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self._finished_since_last: set[str] = set()
-        self._new_to_runner: set[str] = set()     # admitted but not yet sent as NewRequestData
         self.num_preemptions = 0
 
     # ---- admission -------------------------------------------------------------------

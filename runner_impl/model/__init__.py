@@ -1,6 +1,11 @@
 """The Llama model, its paged KV cache and the loaders for HF-format model directories."""
 
-from mrbench.runner_impl.model.llama import AttentionMetadata, LlamaConfig, LlamaForCausalLM, allocate_kv_cache
+from mrbench.runner_impl.model.llama import (
+    AttentionMetadata,
+    LlamaConfig,
+    LlamaForCausalLM,
+    allocate_kv_cache,
+)
 from mrbench.runner_impl.model.loader import Tokenizer, load_model, load_tokenizer
 
 __all__ = [

@@ -10,6 +10,8 @@ import json
 import string
 from pathlib import Path
 
+from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 CHARS = (" " + string.ascii_lowercase + string.ascii_uppercase + string.digits
          + "\n.,!?'\"-:;()" + "".join(c for c in string.punctuation if c not in ".,!?'\"-:;()"))
@@ -25,7 +27,6 @@ def char_vocab(vocab_size: int) -> dict[str, int]:
 
 def write_char_tokenizer(path: str | Path, vocab_size: int, max_length: int) -> dict[str, int]:
     """Write tokenizer.json + tokenizer_config.json; return the vocabulary."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
     path = Path(path)
     vocab = char_vocab(vocab_size)

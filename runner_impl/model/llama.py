@@ -271,7 +271,7 @@ class Attention(nn.Module):
             # CUDA bf16/fp16 (`_forward_fused`): decode-sized projections in Triton, RoPE +
             # cache writes and attention (one kernel for decode); returns o_proj's split-K
             # partials where they apply.
-            from mrbench.runner_impl.model import triton_attention, triton_fused, triton_gemm
+            from . import triton_attention, triton_fused, triton_gemm  # lazy: Triton is CUDA-only (CPU runs never load it)
             qkv = triton_gemm.linear(x, self.qkv_proj.weight)
             qsl, seq_lens, block_table, max_q, uniform = plan.varlen
             if triton_attention.fuses_rope(uniform, max_q, H, KVH):   # decode: one launch
@@ -346,7 +346,7 @@ _CUDA_SDPA = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 def _triton_varlen_ok(dtype: torch.dtype, head_dim: int, group: int) -> bool:
     """CUDA prefill/mixed batches take the Triton kernel where it applies (bf16/fp16); the
     import is deferred so CPU runs never load Triton."""
-    from mrbench.runner_impl.model import triton_attention
+    from . import triton_attention  # lazy: Triton is CUDA-only (CPU runs never load it)
     return triton_attention.supported(dtype, head_dim, group)
 
 
@@ -359,7 +359,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
         if fused:  # CUDA bf16/fp16: SiLU * up in gate_up's epilogue; down as split-K partials
-            from mrbench.runner_impl.model import triton_gemm
+            from . import triton_gemm  # lazy: Triton is CUDA-only (CPU runs never load it)
             act = triton_gemm.linear(x, self.gate_up_proj.weight, gated=True)
             return triton_gemm.linear(act, self.down_proj.weight, split_k=2)
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -513,7 +513,7 @@ class LlamaForCausalLM(nn.Module):
         RMSNorm after it (`triton_fused`): the residual stream is carried beside the
         normalised hidden state instead of being re-added by every layer. The attention and
         MLP outputs may arrive as split-K partial sums, which that kernel finishes."""
-        from mrbench.runner_impl.model.triton_fused import add_rms_norm
+        from .triton_fused import add_rms_norm  # lazy: Triton is CUDA-only (CPU runs never load it)
         eps = self.config.rms_norm_eps
         layers = self.layers
         h, residual = add_rms_norm(x, None, layers[0].input_layernorm.weight, eps)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
+from tokenizers import Tokenizer as HFTokenizer
 
 from mrbench.runner_impl.errors import ModelLoadError
 from mrbench.runner_impl.model.llama import LlamaConfig, LlamaForCausalLM
@@ -147,7 +148,6 @@ class Tokenizer:
 def load_tokenizer(model_dir: str | Path) -> Tokenizer:
     """Load tokenizer.json; stop tokens come from generation_config.json (what HF generate uses),
     falling back to config.json."""
-    from tokenizers import Tokenizer as HFTokenizer
 
     path = _model_dir(model_dir)
     file = path / "tokenizer.json"

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import os
 
+import torch
+
 try:
     import triton
     import triton.language as tl
@@ -57,7 +59,6 @@ def pdl() -> bool:
     and not turned off."""
     if not _HAS_GDC or os.environ.get("MRBENCH_TRITON_PDL", "1") == "0":
         return False
-    import torch
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 
 

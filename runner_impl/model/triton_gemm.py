@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .triton_base import launch_options, pdl, pdl_enter, prefetch_l2, triton
+from .triton_fused import silu_and_mul
 
 MAX_ROWS = 64
 BLOCK_M = 64     # all rows in one tile
@@ -112,7 +113,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, split_k: int = 1,
     partial sums [split_k, T, N] for `add_rms_norm` to finish."""
     if not applies(x, weight, split_k, gated):
         if gated:
-            from .triton_fused import silu_and_mul
             return silu_and_mul(F.linear(x, weight))
         return F.linear(x, weight)
     N, K = weight.shape

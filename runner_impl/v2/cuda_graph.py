@@ -17,10 +17,14 @@ only to its first slot, and their outputs are dropped.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..model.llama import AttentionMetadata, LlamaForCausalLM
-from .input_batch import InputBatch
+
+if TYPE_CHECKING:                 # types only: input_batch builds what run() replays
+    from .input_batch import InputBatch
 
 
 def capture_sizes(max_num_reqs: int) -> list[int]:

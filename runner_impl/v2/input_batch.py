@@ -38,17 +38,12 @@ class InputBatch:
     input_ids: torch.Tensor
     meta: AttentionMetadata
     logits_indices: torch.Tensor      # [R, 1 + max_drafts] flat token index of each logit
-    seq_lens_cpu_upper_bound: np.ndarray
     dispatch_key: tuple
     graphed: bool = False             # device inputs came from a StepGraphs replay
 
     @property
     def num_reqs(self) -> int:
         return len(self.req_ids)
-
-    @property
-    def max_drafts(self) -> int:
-        return self.logits_indices.shape[1] - 1
 
 
 def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: SchedulerOutput,
@@ -105,7 +100,7 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
         num_scheduled_gpu=nsched_d, num_drafts=num_drafts, num_drafts_gpu=ndraft_d,
         samples_token=samples_token, samples_token_gpu=samples_d,
         input_ids=input_ids, meta=meta, logits_indices=logits_d,
-        seq_lens_cpu_upper_bound=seq_lens_ub, dispatch_key=key, graphed=graphed)
+        dispatch_key=key, graphed=graphed)
 
 
 def device_inputs(state: RequestState, block_tables: BlockTables, dev: torch.Tensor,

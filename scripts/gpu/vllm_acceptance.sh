@@ -17,7 +17,7 @@
 #          OUT_DIR/op-counts/ (commit them under results/baselines/op-counts/)
 #   matrix `faults quick` for the vllm faults mirror-increment and accept-count-cat-argmax
 #          (the clean run first): each must be caught, the clean run must pass
-#   tests  tests/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
+#   tests  tests/vllm/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: vllm_acceptance.sh OUT_DIR [STEPS]}")
@@ -63,6 +63,6 @@ fi
 [[ $steps == *,matrix,* ]] && faults faults-quick quick mirror-increment accept-count-cat-argmax
 if [[ $steps == *,tests,* ]]; then
   MRBENCH_VLLM_GPU_RUNS="$out/runs" $py -m pytest -q -p no:cacheprovider \
-      tests/test_vllm_gpu.py 2>&1 | tee "$out/pytest.log" | tail -25
+      tests/vllm/test_vllm_gpu.py 2>&1 | tee "$out/pytest.log" | tail -25
 fi
 tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null

@@ -1,0 +1,151 @@
+"""What several commands share: the run options, the two sides and the suite they name,
+the isolation settings, the verdict table, and rendering a run's or a campaign's reports
+once the results are in their final directory."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from mrbench.contract import BadInput
+from mrbench.workloads import workloads as known_workloads
+
+from ..formatting import fmt_num, fmt_p
+from ..orchestrate import Isolation, Overrides
+from ..suite import Suite, load_suite, shipped_suites, single_workload_suite
+from ..targets.base import TARGETS, SideSpec
+
+
+def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2") -> None:
+    """The options of every command that runs a suite (run, faults, calibrate, power)."""
+    p.add_argument("--target", default="bundled",
+                   help="engine of a side named without one: bundled (default) or vllm")
+    p.add_argument("--candidate", default=candidate_default,
+                   help=f"candidate runner, RUNNER or TARGET:RUNNER (e.g. vllm:v2, bundled:v1; "
+                        f"default {candidate_default or 'the baseline'})")
+    p.add_argument("--baseline", default="v1",
+                   help="baseline runner, RUNNER or TARGET:RUNNER (default v1)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--model", help="model directory (default: the target's bundled model)")
+    p.add_argument("--dataset", help="GSM8K JSONL path (or hf:openai/gsm8k when online)")
+    p.add_argument("--out", type=Path, help="results directory (default results/<time>-<name>)")
+    p.add_argument("--seed", type=int, help="engine seed and problem-generator seed")
+    p.add_argument("--limit", type=int, help="problems / requests per workload")
+    p.add_argument("--time-scale", type=float,
+                   help="trace replay: arrival times x this (0.5 = twice as fast)")
+    p.add_argument("--max-input-len", type=int, help="trace replay: clip prompts to this")
+    p.add_argument("--scorer", choices=["mrbench", "lm-eval"],
+                   help="GSM8K: score with mrbench's extraction or lm-eval's own filters")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds one engine call may take before the engine counts as hung "
+                        "(default 900)")
+    p.add_argument("--vllm-sync-check", choices=["warn", "error"],
+                   help="vllm target: also run vLLM's own VLLM_GPU_SYNC_CHECK after warmup and "
+                        "count its warnings (CUDA only; vLLM does not arm it on CPU)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
+                   help="share of the GPU all engines resident at once may take together "
+                        "(each gets F / engines; default 0.85). vllm target only")
+    p.add_argument("--in-process", action="store_true",
+                   help="run engines in this process (debugging; a crash or hang of an "
+                        "engine then ends the run)")
+    p.add_argument("--json", action="store_true", help="print the JSON result instead of a table")
+
+
+def side_spec(value: str, target: str, device: str, model: str | None,
+              faults: tuple[str, ...], seed: int) -> SideSpec:
+    """A side from RUNNER or TARGET:RUNNER; a side named without a target gets `target`."""
+    t, _, runner = value.rpartition(":")
+    t = t or target
+    if t not in TARGETS:
+        raise BadInput(f"unknown target {t!r} in {value!r}; known: {', '.join(sorted(TARGETS))}")
+    if not runner:
+        raise BadInput(f"runner {value!r} names no runner (e.g. v2, vllm:v1)")
+    return SideSpec(runner=runner, device=device, model=model, faults=faults, seed=seed,
+                    target=t)
+
+
+def isolation_of(a: argparse.Namespace) -> Isolation:
+    """The engine isolation settings of --in-process, --timeout, --gpu-memory-utilization
+    (and --vllm-sync-check, which the vllm target reads from the environment)."""
+    if a.vllm_sync_check:             # read by the vllm target in each engine process
+        os.environ["MRBENCH_VLLM_SYNC_CHECK"] = a.vllm_sync_check
+    if a.timeout is not None and not a.timeout > 0:
+        raise BadInput(f"--timeout must be > 0 seconds, got {a.timeout}")
+    gmu = a.gpu_memory_utilization
+    if gmu is not None and not 0 < gmu <= 0.95:
+        raise BadInput(f"--gpu-memory-utilization must be in (0, 0.95], got {gmu}")
+    return Isolation(in_process=a.in_process,
+                     timeout_s=a.timeout if a.timeout is not None else Isolation.timeout_s,
+                     gpu_memory_utilization=gmu if gmu is not None
+                     else Isolation.gpu_memory_utilization)
+
+
+def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
+                    ) -> tuple[Suite, SideSpec, SideSpec, Overrides]:
+    """The suite the positional names make (shipped suites, YAML paths, workload names;
+    several are joined), the baseline and candidate sides, and the CLI overrides."""
+    suites = []
+    for w in a.what:
+        if w in known_workloads() and w not in shipped_suites():
+            suites.append(single_workload_suite(w))
+        else:
+            suites.append(load_suite(w))
+    if len(suites) == 1:
+        suite = suites[0]
+    else:
+        entries = [e for s in suites for e in s.workloads]
+        ids = [e.id for e in entries]
+        if len(set(ids)) != len(ids):
+            raise BadInput(f"workload ids repeat across {a.what}; run them separately")
+        suite = Suite(name="+".join(s.name for s in suites), thresholds=suites[0].thresholds,
+                      workloads=entries)
+    if a.limit is not None and a.limit < 1:
+        raise BadInput(f"--limit must be >= 1, got {a.limit}")
+    seed = 0 if a.seed is None else a.seed
+    base = side_spec(a.baseline, a.target, a.device, a.model, (), seed)
+    cand = side_spec(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
+    return suite, base, cand, Overrides(a.seed, a.limit, a.dataset, a.time_scale,
+                                        a.max_input_len, a.scorer)
+
+
+def print_summary(summary: dict, path: Path, as_json: bool) -> None:
+    """A run's verdict table (or its summary as JSON), failures, and where the report is."""
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    rows = [("workload", "metric", "baseline", "candidate", "delta", "p", "verdict")]
+    for c in summary["checks"]:
+        rows.append((c["workload"], c["metric"], fmt_num(c["baseline"]),
+                     fmt_num(c["candidate"]), fmt_num(c["delta"], signed=True),
+                     fmt_p(c["p_value"]), c["verdict"].upper()
+                     if c["verdict"] == "regression" else c["verdict"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    for f in summary["failures"]:
+        print(f"FAILED {f['workload']} ({f['side']}): {f['error']}")
+    for u in summary.get("unsupported", []):
+        print(f"UNSUPPORTED HERE {u['workload']} ({u['side']}, {u['target']}): {u['reason']}")
+    print(f"verdict: {summary['verdict']}")
+    print(f"report: {path / 'report.html'}")
+
+
+def print_campaign_json(res: dict) -> None:
+    """A campaign's result as JSON, without the environment block."""
+    print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=2))
+
+
+def render_run(path: Path) -> Path:
+    """Write `path`/report.html from the committed run in its final directory."""
+    from ..report import render_report  # lazy: matplotlib, only for commands that render
+    return render_report(path)
+
+
+def render_campaign_reports(path: Path, kind: str, res: dict) -> Path:
+    """Every run's report.html under the committed campaign directory, then the campaign's
+    own (its matrix or table links to theirs); `kind` is faults, calibrate or power."""
+    from ..campaign_report import render_campaign  # lazy: matplotlib, as in render_run
+    for run in sorted(p for p in path.iterdir() if (p / "summary.json").is_file()):
+        render_run(run)
+    return render_campaign(path, kind, res)

@@ -1,0 +1,38 @@
+"""`mrbench faults`: the catch matrix, the suite clean and then once per fault (or ruler)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from ..campaign import fault_matrix
+from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+from ..results import default_out
+from ..targets.base import get_target
+from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
+
+
+def main(a: argparse.Namespace) -> int:
+    suite, base, cand, overrides = suite_and_sides(a)
+    target = get_target(cand.target)
+    faults = (a.fault or list(target.info().get("faults", []))) + a.ruler
+    for f in faults:           # the target's own check: its faults, and rulers like slow-step
+        target.validate(replace(cand, faults=(f,)))
+    out = a.out or default_out(f"faults-{suite.name}")
+    res, path = fault_matrix(suite, base, cand, faults, overrides, out,
+                             isolation=isolation_of(a))
+    render_campaign_reports(path, "faults", res)
+    if a.json:
+        print_campaign_json(res)
+    else:
+        c = res["clean"]
+        print(f"clean: {c['verdict']} ({c['false_alarms']} false alarms"
+              f"{': ' + ', '.join(c['flagged']) if c['flagged'] else ''})")
+        for name, r in res["faults"].items():
+            by = ", ".join(r["by"]) if r["by"] else "-"
+            print(f"{name:<26} {'CAUGHT' if r['caught'] else 'missed'}  by {by}")
+        print(f"results: {path}")
+    runs = [res["clean"], *res["faults"].values()]
+    if any(r["failures"] for r in runs):
+        return EXIT_RUN_FAILED
+    ok = res["clean"]["false_alarms"] == 0 and all(r["caught"] for r in res["faults"].values())
+    return EXIT_PASS if ok else EXIT_REGRESSION

@@ -1,0 +1,22 @@
+"""`mrbench import-bench`: vllm bench serve/latency JSON -> a results directory (for
+compare, report and history)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..bench_import import import_bench
+from ..errors import EXIT_PASS
+from ..results import default_out, read_run
+from .common import render_run
+
+
+def main(a: argparse.Namespace) -> int:
+    path = import_bench(a.files, a.out or default_out("vllm-bench"), side=a.side,
+                        label=a.label)
+    render_run(path)
+    if a.json:
+        print(json.dumps(dict(run=str(path), **read_run(path)[1]["imported"]), indent=2))
+    else:
+        print(path)
+    return EXIT_PASS

@@ -1,0 +1,41 @@
+"""`mrbench list`: the workloads, suites, targets and faults this mrbench knows."""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from mrbench.runner_impl import FAULTS
+from mrbench.workloads import workloads
+
+from ..errors import EXIT_PASS
+from ..suite import load_suite, shipped_suites
+from ..targets.base import TARGETS
+from ..targets.vllm_faults import FAULTS as VLLM_FAULTS
+
+
+def main(a: argparse.Namespace) -> int:
+    info = dict(
+        workloads={n: w.description for n, w in workloads().items()},
+        suites={n: load_suite(n).description for n in shipped_suites()},
+        targets={n: f().info() for n, f in TARGETS.items()},
+        faults={n: asdict(f) for n, f in FAULTS.items()})
+    if a.json:
+        print(json.dumps(info, indent=2, default=str))
+        return EXIT_PASS
+    for section in ("workloads", "suites"):
+        print(f"{section}:")
+        for n, d in info[section].items():
+            print(f"  {n:<12} {d}")
+    print("targets:")
+    for n, d in info["targets"].items():
+        print(f"  {n:<12} runners: {', '.join(d['runners'])}; faults: "
+              f"{', '.join(d.get('faults') or []) or 'none'}"
+              + (f"; {d['notes']}" if d.get("notes") else ""))
+    print("bundled faults (apply to the candidate with --fault NAME):")
+    for n, f in info["faults"].items():
+        print(f"  {n:<24} vLLM PR {f['vllm_pr']}: {f['bug_class']}")
+    print("vllm faults (--target vllm --candidate v2 --fault NAME; the vLLM release named):")
+    for n, vf in VLLM_FAULTS.items():
+        print(f"  {n:<24} vLLM PR {vf.pr}, vLLM {', '.join(vf.versions)}: {vf.what}")
+    return EXIT_PASS

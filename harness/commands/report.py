@@ -1,0 +1,21 @@
+"""`mrbench report`: (re)render report.html of results directories, or print a run's
+verdict table (a campaign's faults matrix) as Markdown."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import EXIT_PASS
+from ..markdown import faults_markdown, run_markdown
+from ..results import read_run
+from .common import render_run
+
+
+def main(a: argparse.Namespace) -> int:
+    if a.markdown:
+        for run in a.runs:
+            print(faults_markdown(run) if (run / "faults.json").is_file() else run_markdown(run))
+        return EXIT_PASS
+    for run in a.runs:
+        read_run(run)
+        print(render_run(run))
+    return EXIT_PASS

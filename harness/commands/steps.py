@@ -1,0 +1,58 @@
+"""`mrbench steps`: record a scheduler-step trace, or replay one on a runner and name the
+first divergent step."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from mrbench.contract import BadInput
+from mrbench.runner_impl import FAULTS, RunnerError
+from mrbench.workloads import HELD_OUT_SEEDS, STOP, gsm8k_prompts
+
+from .. import steptrace
+from ..errors import EXIT_PASS, EXIT_REGRESSION
+
+
+def _check_runner(runner: str) -> None:
+    if runner not in ("v1", "v2"):
+        raise BadInput(f"--runner must be v1 or v2, got {runner!r}")
+
+
+def record(a: argparse.Namespace) -> int:
+    if a.limit < 1 or a.max_num_seqs < 1:
+        raise BadInput("--limit and --max-num-seqs must be >= 1")
+    _check_runner(a.runner)
+    prompts = gsm8k_prompts(HELD_OUT_SEEDS[3] if a.seed is None else a.seed, a.limit)
+    try:
+        h = steptrace.record(prompts, 320, list(STOP), a.out, runner=a.runner,
+                             model=a.model, pd_disagg=a.mode == "pd",
+                             max_num_seqs=a.max_num_seqs)
+    except RunnerError as e:
+        raise BadInput(str(e)) from None
+    print(f"recorded {h['steps']} steps of {a.runner} ({a.mode}) to {a.out}")
+    return EXIT_PASS
+
+
+def replay(a: argparse.Namespace) -> int:
+    bad = [f for f in a.fault if f not in FAULTS]
+    if bad:
+        raise BadInput(f"unknown fault {bad[0]!r}; known: {', '.join(sorted(FAULTS))}")
+    _check_runner(a.runner)
+    try:
+        res = steptrace.replay(a.trace, a.runner, tuple(a.fault), a.model)
+    except RunnerError as e:
+        raise BadInput(f"step trace {a.trace}: {e}") from None
+    if a.json:
+        print(json.dumps(res.to_dict(), indent=2))
+    elif res.first is None:
+        print(f"{a.runner}: agrees with the recording on all {res.steps} steps")
+    else:
+        f = res.first
+        print(f"{a.runner}: first divergent step: {f.instance} step {f.step} (trace line "
+              f"{f.event_index}), request {f.req_id}: recorded {f.recorded}, replayed "
+              f"{f.replayed}; {res.diverged_steps} of {res.steps} steps differ")
+    return EXIT_PASS if res.first is None else EXIT_REGRESSION
+
+
+def main(a: argparse.Namespace) -> int:
+    return record(a) if a.steps_cmd == "record" else replay(a)

