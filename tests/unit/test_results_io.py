@@ -21,7 +21,7 @@ from mrbench.harness.results import (
     read_table,
 )
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_bench"
+FIX = Path(__file__).resolve().parent / "fixtures" / "vllm_bench"
 NEWER = RESULTS_FORMAT + 1
 
 
