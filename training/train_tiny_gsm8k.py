@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
 import random
 import sys
@@ -26,6 +25,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from mrbench.contract import data_dir  # noqa: E402
 from mrbench.runner_impl.model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer  # noqa: E402
 from mrbench.workloads.gsm8k_problems import (HELD_OUT_SEEDS, TRAIN_SEEDS, GenConfig,  # noqa: E402
                                       generate)
@@ -188,7 +188,7 @@ def evaluate(model_dir: Path, cfg: dict, device: str) -> dict:
     result = dict(held_out=len(problems), strict_accuracy=round(sum(hits) / len(hits), 4),
                   by_steps={k: round(sum(v) / len(v), 4) for k, v in sorted(by_steps.items())},
                   eval_s=round(eval_s, 1), device=device, threads=torch.get_num_threads())
-    data = Path(os.environ.get("MRBENCH_DATA_DIR", ROOT.parent / "shared" / "data"))
+    data = data_dir()
     real = data / "gsm8k" / "test.jsonl"
     if real.exists():
         rows = [json.loads(x) for x in real.read_text().splitlines()[:e["real_gsm8k_limit"]]]

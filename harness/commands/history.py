@@ -9,6 +9,7 @@ from mrbench.contract import BadInput
 
 from .. import history
 from ..errors import EXIT_PASS
+from ..formatting import fmt_num
 
 
 def add(a: argparse.Namespace) -> int:
@@ -44,7 +45,7 @@ def report(a: argparse.Namespace) -> int:
     else:
         for c in changes:
             print(f"change: {c['workload']}/{c['metric']} from run {c['run_number']} "
-                  f"({(c['git_sha'] or '?')[:10]}): {c['before']:.4g} -> {c['after']:.4g}")
+                  f"({(c['git_sha'] or '?')[:10]}): {fmt_num(c['before'])} -> {fmt_num(c['after'])}")
         print(f"{len(changes)} change points in {res['n_runs']} runs; report: {path}")
     return EXIT_PASS
 
