@@ -80,6 +80,14 @@ def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]],
         raise
 
 
+def fault_status(r: dict) -> str:
+    """"caught", "missed", or "not measured": a fault run that flagged nothing because an
+    engine failed (a side could not run a workload) measured nothing, so it did not miss."""
+    if r.get("caught"):
+        return "caught"
+    return "not measured" if r.get("failures") else "missed"
+
+
 def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str],
                  overrides: Overrides, out: Path, log=None,
                  isolation: Isolation | None = None) -> tuple[dict, Path]:
@@ -98,6 +106,7 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
             result["faults"][f] = dict(caught=bool(flagged(s)), by=flagged(s),
                                        verdict=s["verdict"], exit=code,
                                        failures=s["failures"], dir=d)
+            result["faults"][f]["status"] = fault_status(result["faults"][f])
         result["environment"] = environment()
         return "faults.json", result
     return _guarded(out, body, isolation)

@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .campaign import fault_status
 from .formatting import fmt_num
 from .html import environment, fig_to_data_uri, write_atomic
 
@@ -20,7 +21,7 @@ def _matrix(res: dict) -> dict:
         hits = set(r.get("flagged") or r.get("by") or [])
         good = (not hits) if name == "clean" else bool(hits)
         status = ("pass" if good else "FALSE ALARM") if name == "clean" else \
-            ("caught" if good else "MISSED")
+            ("caught" if good else fault_status(r).upper())
         rows.append(dict(name=name, status=status, good=good,
                          link=f"{r.get('dir', name)}/report.html",
                          hits=[c in hits for c in cols]))

@@ -91,7 +91,7 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
     for q in (50, 90, 99):                      # distribution-free CIs of the step percentiles
         ci = stats.percentile_ci_order_statistic(steps, q, level=0.95)
         out[f"p{q}_step_ms_ci95"] = [ci.lo, ci.hi]
-    for name in ("queue", "kv_handoff"):
+    for name in ("queue", "kv_handoff", "prefill"):
         s = stats.summarize_latency(_samples(side, "requests", f"{name}_ms"))
         if s["n"]:
             out[f"mean_{name}_ms"], out[f"p99_{name}_ms"] = s["mean"], s["p99"]

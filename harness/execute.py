@@ -38,13 +38,15 @@ def wave_order(sides: list[str], wave: int) -> list[str]:
 
 
 def completion_row(i: int, c: Completion) -> dict:
-    """One request's latency row (vLLM's definitions), plus queueing, KV hand-off and spec
-    decode counts where the engine had them."""
+    """One request's latency row (vLLM's definitions), plus queueing, KV hand-off, the
+    prefill instance's part of TTFT (PD) and spec decode counts where the engine had them."""
     row = dict(req_index=i, prompt_tokens=len(c.prompt_token_ids), output_tokens=len(c.token_ids),
                finish_reason=c.finish_reason,
                queue_ms=None if c.first_scheduled_time is None
                else (c.first_scheduled_time - c.arrival_time) * 1e3,
                kv_handoff_ms=None if c.kv_handoff_s is None else c.kv_handoff_s * 1e3,
+               prefill_ms=None if c.prefill_done_time is None
+               else (c.prefill_done_time - c.arrival_time) * 1e3,
                **request_latency(c))
     if c.num_drafts is not None:
         row.update(num_drafts=c.num_drafts, num_draft_tokens=c.num_draft_tokens,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .campaign import fault_status
 from .formatting import fmt_num, fmt_p
 from .results import read_run
 
@@ -39,6 +40,6 @@ def faults_markdown(camp_dir: Path) -> str:
              + (f" ({', '.join(c['flagged'])})" if c["flagged"] else ""), "",
              "| fault | caught | by |", "|---|---|---|"]
     for name, r in res["faults"].items():
-        lines.append(f"| {name} | {'yes' if r['caught'] else '**MISSED**'} | "
+        lines.append(f"| {name} | {'yes' if r['caught'] else '**' + fault_status(r) + '**'} | "
                      f"{', '.join(r['by']) or '-'} |")
     return "\n".join(lines) + "\n"

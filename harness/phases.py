@@ -37,6 +37,11 @@ PHASES = ("prepare", "forward", "sample", "postprocess", "output")
 HOT_PHASES = PHASES[:4]
 STEP_LABEL = "mrbench::step"
 PHASE_LABELS = {p: f"mrbench::{p}" for p in PHASES}
+# A PD pair's KV connector calls (vLLM's, inside its load before the forward, its per-layer save
+# inside the forward and its wait after it): their syncs and ops are the transfer's, not the
+# runner's hot path (harness/targets/vllm_kv_connector.py puts the range around each call).
+TRANSFER_PHASE = "kv_transfer"
+TRANSFER_LABEL = f"mrbench::{TRANSFER_PHASE}"
 
 PhaseMap = tuple[tuple[str, str], ...]      # (phase, attribute path from the runner);
                                             # phase "step" = the step range itself

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..campaign import fault_matrix
+from ..campaign import fault_matrix, fault_status
 from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
 from ..results import default_out
 from ..targets.base import get_target
@@ -29,7 +29,10 @@ def main(a: argparse.Namespace) -> int:
               f"{': ' + ', '.join(c['flagged']) if c['flagged'] else ''})")
         for name, r in res["faults"].items():
             by = ", ".join(r["by"]) if r["by"] else "-"
-            print(f"{name:<26} {'CAUGHT' if r['caught'] else 'missed'}  by {by}")
+            status = fault_status(r)
+            why = f" ({r['failures'][0]['side']}: {r['failures'][0]['error'][:160]})" \
+                if status == "not measured" else ""
+            print(f"{name:<26} {status.upper() if r['caught'] else status}  by {by}{why}")
         print(f"results: {path}")
     runs = [res["clean"], *res["faults"].values()]
     if any(r["failures"] for r in runs):

@@ -114,12 +114,17 @@ class BundledSession:
     def _completion(self, o) -> Completion:
         m = o.metrics
         spec = self.options.num_speculative_tokens > 0
+        pd = self.options.pd_disagg and m.token_times
         return Completion(o.prompt_token_ids, o.token_ids, o.text, m.arrival_time,
-                          list(m.token_times), o.outputs[0].finish_reason, m.kv_handoff_s,
-                          m.first_scheduled_time,
-                          m.num_drafts if spec else None, m.num_draft_tokens if spec else None,
-                          m.num_accepted_tokens if spec else None,
-                          list(m.accepted_per_pos) if spec else None)
+                          list(m.token_times), o.outputs[0].finish_reason,
+                          kv_handoff_s=m.kv_handoff_s,
+                          first_scheduled_time=m.first_scheduled_time,
+                          num_drafts=m.num_drafts if spec else None,
+                          num_draft_tokens=m.num_draft_tokens if spec else None,
+                          num_accepted_tokens=m.num_accepted_tokens if spec else None,
+                          accepted_per_pos=list(m.accepted_per_pos) if spec else None,
+                          # the bundled pair's prefill instance samples the first token
+                          prefill_done_time=m.token_times[0] if pd else None)
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
         sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))

@@ -26,11 +26,16 @@ Memory: every engine of a comparison is resident at once (ABBA waves), so each a
 for its share of the GPU (`gpu_memory_share`, set by the orchestrator from
 `--gpu-memory-utilization`), not vLLM's default of most of the card.
 
-Not supported here, said before any engine starts (`unsupported`): PD disaggregation (two
-engines and a KV connector; not driven yet), warmup coverage (the dispatch classes vLLM's
-warmup ran are not read yet), and speculative methods the runner refuses (vLLM 0.26's V2
-speculates only with eagle, eagle3, mtp, dflash and dspark). A refusal vLLM itself raises at
-start ("Model Runner V2 does not yet support ...") is mapped to "unsupported here" too.
+PD disaggregation: a PD side is two engines in that process, a prefill (KV producer) and a
+decode (KV consumer) engine joined by vLLM's own example KV connector (VllmSession says how
+a request travels; harness/targets/vllm_kv_connector.py what is measured). Every engine of
+the side shares the side's GPU memory share.
+
+Not supported here, said before any engine starts (`unsupported`): warmup coverage on CPU
+(vLLM's CPU build dispatches no CUDA-graph classes), and speculative methods the runner
+refuses (vLLM 0.26's V2 speculates only with eagle, eagle3, mtp, dflash and dspark). A
+refusal vLLM itself raises at start ("Model Runner V2 does not yet support ...") is mapped to
+"unsupported here" too.
 """
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -57,16 +64,20 @@ from mrbench.runner_impl.default_model import (
 from .. import phases
 from . import open_loop, vllm_dispatch, vllm_faults
 from .base import SideSpec, Unsupported, register
+from .vllm_engine import VllmEngine
 
 RUNNERS = ("v2", "v1")
 # Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
 # _get_v2_model_runner_unsupported_features); mrbench's "ngram" and "draft" are not among them.
 V2_SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
-CAPABILITIES = frozenset({"dispatch_log"})   # of: dispatch_log, pd (what workloads may need)
+CAPABILITIES = frozenset({"dispatch_log", "pd"})   # what workloads may need
 DEFAULT_GPU_SHARE = 0.85
-SPEC_METRICS = {"vllm:spec_decode_num_drafts": "spec_num_drafts",
-                "vllm:spec_decode_num_draft_tokens": "spec_num_draft_tokens",
-                "vllm:spec_decode_num_accepted_tokens": "spec_num_accepted_tokens"}
+PD_ENGINES = 2                   # a PD side: its prefill and its decode engine
+# KV block of a PD pair's engines: the connector moves whole blocks, so vLLM's CPU default
+# (128) would move nothing of a short prompt; vLLM's CPU attention takes multiples of 32.
+PD_BLOCK_SIZE = {"cpu": 32}
+PD_BLOCK_SIZE_GPU = 16
+PD_CONNECTOR = "MrbenchExampleConnector"
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 
 
@@ -98,6 +109,9 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
     dtype = options.dtype
     if dtype == "auto" and side.device == "cpu":
         dtype = "float32"                  # what the bundled runner uses on CPU: parity
+    share = options.gpu_memory_share or DEFAULT_GPU_SHARE
+    if options.pd_disagg:
+        share /= PD_ENGINES                    # both engines of the pair are resident
     kw: dict[str, Any] = dict(model=model, tokenizer=model, dtype=dtype, seed=side.seed,
                               max_model_len=max_model_len,
                               max_num_seqs=options.max_num_seqs,
@@ -105,7 +119,9 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
                               disable_log_stats=False,          # spec-decode counters
                               enable_prefix_caching=False,      # like the bundled runner
                               gpu_memory_utilization=0.3 if side.device == "cpu" else
-                              round(options.gpu_memory_share or DEFAULT_GPU_SHARE, 4))
+                              round(share, 4))
+    if options.pd_disagg:
+        kw["block_size"] = pd_block_size(side.device)
     k = options.num_speculative_tokens
     if k:
         if options.speculative_method == "ngram":
@@ -128,9 +144,6 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
 def unsupported_reason(side: SideSpec, options: EngineOptions,
                        needs: frozenset[str] = frozenset()) -> str | None:
     """Why this engine shape cannot run on the vllm target here (before starting it)."""
-    if options.pd_disagg or "pd" in needs:
-        return ("PD disaggregation on the vllm target needs two engines and a KV connector; "
-                "mrbench does not drive that yet (unsupported here)")
     if "dispatch_log" in needs and not side.device.startswith("cuda"):
         return ("warmup coverage on vLLM reads the CUDA-graph dispatch classes its warmup "
                 "ran; vLLM on CPU compiles one generic shape and has no classes (unsupported "
@@ -150,20 +163,44 @@ _MEMORY = re.compile(r"Free memory on device|No available memory for the cache b
                      r"CUDA out of memory|OutOfMemoryError|less than desired GPU memory")
 
 
-def start_error(e: BaseException, side: SideSpec, options: EngineOptions) -> BaseException:
+def start_error(e: BaseException, side: SideSpec, options: EngineOptions,
+                instance: str | None = None) -> BaseException:
     """The error an engine start raised, as the one line the run records: vLLM's own
     refusal of a feature becomes "unsupported here"; a memory failure names the share it
-    asked for and what to change."""
+    asked for and what to change; a PD pair's engine is named."""
     text = " ".join(str(e).split())
     if _V2_REFUSAL.search(text):
         return Unsupported(f"{text} (unsupported here)")
+    which = f"{side.target}:{side.runner}" + (f" {instance}" if instance else "")
     if _MEMORY.search(text):
-        share = options.gpu_memory_share or DEFAULT_GPU_SHARE
+        share = (options.gpu_memory_share or DEFAULT_GPU_SHARE) / \
+            (PD_ENGINES if options.pd_disagg else 1)
         return RuntimeError(
-            f"{side.target}:{side.runner} engine could not start: not enough GPU memory for "
+            f"{which} engine could not start: not enough GPU memory for "
             f"its share ({share:.3g} of the GPU; every resident engine gets "
             f"--gpu-memory-utilization / engines). vLLM: {text[:300]}")
+    if instance:
+        return RuntimeError(f"{which} engine could not start: {type(e).__name__}: {text[:400]}")
     return e
+
+
+def pd_block_size(device: str) -> int:
+    return PD_BLOCK_SIZE.get(device, PD_BLOCK_SIZE_GPU)
+
+
+def pd_connector_config(role: str, store: str | None) -> dict[str, Any]:
+    """`kv_transfer_config` of one engine of a PD pair: vLLM's example connector (with
+    mrbench's measuring subclass, which vLLM imports by module path), its files under the
+    pair's own directory."""
+    return dict(kv_connector=PD_CONNECTOR, kv_role=role,
+                kv_connector_module_path="mrbench.harness.targets.vllm_kv_connector",
+                kv_connector_extra_config=dict(shared_storage_path=store))
+
+
+def vllm_kv_connector() -> Any:
+    """The connector module (imports vLLM: only inside a PD engine's process)."""
+    from . import vllm_kv_connector as mod  # lazy: imports vLLM (the vllm target only)
+    return mod
 
 
 def engine_key(side: SideSpec, options: EngineOptions, model: str,
@@ -172,12 +209,24 @@ def engine_key(side: SideSpec, options: EngineOptions, model: str,
     environment. Workloads whose shapes give the same key share one engine."""
     kw = llm_kwargs(side, options, model, max_model_len or 0)
     return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode()),
-                           faults=list(side.faults)), sort_keys=True, default=str)
+                           faults=list(side.faults), pd=options.pd_disagg),
+                      sort_keys=True, default=str)
 
 
 class VllmSession:
+    """One side of a comparison on real vLLM: one engine (colocated), or a PD pair - a
+    prefill engine and a decode engine joined by vLLM's KV connector
+    (harness/targets/vllm_kv_connector.py), both running the side's runner.
+
+    A PD request goes the way vLLM's own disaggregation proxy sends it: to the prefill
+    engine with max_tokens = 1 (its token is dropped), then, once that finished, with its
+    full parameters to the decode engine, which loads the prompt's KV through the connector,
+    computes the prompt's tail and decodes. The user's first token is the decode engine's,
+    so TTFT = prefill (queue + compute + save) + hand-off (load) + the decode engine's first
+    step; the request row has the prefill part and the connector time (`prefill_ms`,
+    `kv_handoff_ms`), and its ITL is the decode engine's alone."""
+
     step_label = phases.STEP_LABEL
-    phase_labels = dict(phases.PHASE_LABELS)
 
     def __init__(self, side: SideSpec, options: EngineOptions, model: str,
                  max_model_len: int, sync_check: str | None = None) -> None:
@@ -187,7 +236,11 @@ class VllmSession:
         os.environ.update(engine_env(side, sync_check))
         if side.device.startswith("cuda:"):          # this engine's process sees one GPU
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", side.device.split(":", 1)[1])
-        t0 = time.perf_counter()
+        self.side, self.options, self.model = side, options, model
+        self.pd = options.pd_disagg
+        self.phase_labels = dict(phases.PHASE_LABELS)
+        if self.pd:
+            self.phase_labels[phases.TRANSFER_PHASE] = phases.TRANSFER_LABEL
         self._sync_warnings = 0
         self._sync_sites: Counter[str] = Counter()
         self._sync_steps = 0
@@ -198,70 +251,57 @@ class VllmSession:
         self.reads_dispatch = side.device.startswith("cuda")    # CPU vLLM: no graph classes
         if self.reads_dispatch:
             vllm_dispatch.install()      # before the engine exists: its warmup is recorded
-        from vllm import LLM  # lazy: vLLM is optional (the vllm target only)
-        self.side, self.options, self.model = side, options, model
-        try:
-            self.llm = LLM(**llm_kwargs(side, options, model, max_model_len))
-        except Exception as e:
-            raise start_error(e, side, options) from e
-        self.engine = self.llm.llm_engine
-        self.startup_s = time.perf_counter() - t0
-        self.runner_class, use_v2 = self._runner_readback()
-        got = "v2" if use_v2 else "v1"
-        if got != side.runner:
-            raise RuntimeError(f"asked vLLM for the {side.runner} model runner with "
-                               f"VLLM_USE_V2_MODEL_RUNNER={engine_env(side)['VLLM_USE_V2_MODEL_RUNNER']}"
-                               f" but it built {self.runner_class} ({got})")
-        if self.reads_dispatch:
-            vllm_dispatch.serving(self._runner())
-        self.probe = phases.install(self._runner(),
-                                    phases.VLLM_V2 if use_v2 else phases.VLLM_V1)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.vocab_size = self.engine.vllm_config.model_config.get_vocab_size()
+        kw = llm_kwargs(side, options, model, max_model_len)
+        self._kv_dir: str | None = None
+        self.engines: dict[str, VllmEngine] = {}
+        if self.pd:
+            self._kv_dir = tempfile.mkdtemp(prefix="mrbench-kv-",
+                                            dir=os.environ.get("MRBENCH_KV_DIR") or None)
+            roles = (("prefill", "kv_producer"), ("decode", "kv_consumer"))
+        else:
+            roles = (("colocated", None),)
+        for instance, role in roles:
+            ekw = dict(kw, kv_transfer_config=pd_connector_config(role, self._kv_dir)) \
+                if role else kw
+            try:
+                self.engines[instance] = VllmEngine(instance, ekw)
+            except Exception as e:
+                self.close()
+                raise start_error(e, side, options, instance if self.pd else None) from e
+        self.startup_s = sum(e.startup_s for e in self.engines.values())
+        for e in self.engines.values():
+            got = "v2" if e.uses_v2() else "v1"
+            if got != side.runner:
+                raise RuntimeError(
+                    f"asked vLLM for the {side.runner} model runner with "
+                    f"VLLM_USE_V2_MODEL_RUNNER={engine_env(side)['VLLM_USE_V2_MODEL_RUNNER']}"
+                    f" but its {e.instance} engine built {e.runner_class()} ({got})")
+            if self.reads_dispatch:
+                vllm_dispatch.serving(e.runner())
+        self.probes = {name: phases.install(e.runner(), phases.VLLM_V2 if e.uses_v2()
+                                            else phases.VLLM_V1)
+                       for name, e in self.engines.items()}
+        first = next(iter(self.engines.values()))
+        self.tokenizer = first.llm.get_tokenizer()
+        self.vocab_size = first.engine.vllm_config.model_config.get_vocab_size()
         self.max_model_len = max_model_len
         self.auditing = False
         self._audits: list[AuditSample] = []
         self._steps: list[Step] = []
         self._next_id = 0
-        self._last_sched = None
-        self._hook_scheduler()
+        self._idle_steps = 0
         self._counters0 = self._spec_totals()
+        self._pd_totals: Counter[str] = Counter()
 
-    # -- engine internals we read (in-process engine core) ------------------------------
-    def _core(self):
-        return self.engine.engine_core.engine_core          # InprocClient -> EngineCore
+    @property
+    def _front(self) -> VllmEngine:
+        """Where requests enter: the only engine, or the prefill engine of a pair."""
+        return self.engines["prefill" if self.pd else "colocated"]
 
-    def _runner(self) -> Any:
-        worker = self._core().model_executor.driver_worker
-        return getattr(worker, "worker", worker).model_runner
-
-    def _runner_readback(self) -> tuple[str, bool]:
-        use_v2 = bool(self.engine.vllm_config.use_v2_model_runner)
-        try:
-            runner = self._runner()
-            cls = f"{type(runner).__module__}.{type(runner).__qualname__}"
-        except AttributeError:
-            cls = "unknown"
-        return cls, use_v2
-
-    def _attention_backends(self) -> list[str]:
-        """The attention backends the runner built (its attention groups)."""
-        names: list[str] = []
-        try:
-            for groups in self._runner().attn_groups:
-                for g in groups:
-                    n = g.backend.get_name()
-                    if n not in names:
-                        names.append(n)
-        except (AttributeError, TypeError):
-            pass
-        return names
-
-    def _kv_cache(self) -> dict[str, Any]:
-        cc = self.engine.vllm_config.cache_config
-        return dict(num_gpu_blocks=getattr(cc, "num_gpu_blocks", None),
-                    block_size=getattr(cc, "block_size", None),
-                    gpu_memory_utilization=getattr(cc, "gpu_memory_utilization", None))
+    @property
+    def _back(self) -> VllmEngine:
+        """Where tokens come from: the only engine, or the decode engine of a pair."""
+        return self.engines["decode" if self.pd else "colocated"]
 
     @staticmethod
     def _sync_check_armed() -> bool:
@@ -270,18 +310,6 @@ class VllmSession:
         except ImportError:
             return False
         return bool(getattr(gpu_sync_debug, "_sync_check_enabled", False))
-
-    def _hook_scheduler(self) -> None:
-        """Keep each step's SchedulerOutput: request and token counts, and its dispatch
-        class (uniform decode vs prefill/mixed) for the step table."""
-        sched = self._core().scheduler
-        orig = sched.schedule
-
-        def schedule(*a, **kw):
-            out = orig(*a, **kw)
-            self._last_sched = out
-            return out
-        sched.schedule = schedule
 
     def _count_sync_warnings(self) -> None:
         """Count every sync-check warning (torch's sync debug mode, which vLLM turns on
@@ -302,72 +330,138 @@ class VllmSession:
         warnings.showwarning = show
 
     def _spec_totals(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        try:
-            metrics = self.llm.get_metrics()
-        except Exception:                                  # stats disabled or unavailable
-            return out
-        for m in metrics:
-            if m.name in SPEC_METRICS:
-                out[SPEC_METRICS[m.name]] = float(getattr(m, "value", 0) or 0)
-            elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-                for j, v in enumerate(getattr(m, "values", []) or []):
-                    out[f"spec_accepted_pos_{j}"] = float(v)
-        return out
+        out: Counter[str] = Counter()
+        for e in self.engines.values():
+            out.update(e.spec_totals())
+        return dict(out)
 
-    @staticmethod
-    def _kind(sched) -> str:
-        if sched is None or not sched.num_scheduled_tokens:
-            return "empty"
-        spec = sched.scheduled_spec_decode_tokens
-        decode = all(n == 1 + len(spec.get(r, ())) for r, n in sched.num_scheduled_tokens.items())
-        return "uniform_decode" if decode and not sched.scheduled_new_reqs else "mixed"
+    # -- driving the engines -------------------------------------------------------------
+    def _begin(self) -> None:
+        self._arrivals: dict[str, float] = {}
+        self._token_times: dict[str, list[float]] = {}
+        self._done: dict[str, Any] = {}
+        self._params: dict[str, Any] = {}            # PD: the decode engine's parameters
+        self._prefill: dict[str, tuple[float | None, float]] = {}   # PD: scheduled, done
+        self._kv_s: Counter[str] = Counter()
+        self._kv_loaded: Counter[str] = Counter()
+        self._prompt_lens: dict[str, int] = {}
+        if self._kv_dir:             # a pass never loads KV a previous pass left behind
+            shutil.rmtree(self._kv_dir, ignore_errors=True)
+            os.makedirs(self._kv_dir, exist_ok=True)
 
-    # -- driving the engine ------------------------------------------------------------
-    def _add(self, prompt, params, arrival: float) -> str:
+    def _add(self, prompt: Any, params: Any, arrival: float) -> str:
         rid = str(self._next_id)
         self._next_id += 1
-        self.engine.add_request(rid, prompt, params)
         self._arrivals[rid] = arrival
+        if self.pd:
+            self._params[rid] = params
+            params = params.clone()
+            params.max_tokens, params.min_tokens = 1, 0
+        self._front.add(rid, prompt, params)
         return rid
 
-    def _step(self) -> list:
-        self._last_sched = None
+    def has_unfinished(self) -> bool:
+        return any(e.has_unfinished() for e in self.engines.values())
+
+    def _step(self) -> None:
+        """One step of each engine that has work (prefill first: a request it finishes
+        reaches the decode engine in the same round)."""
+        ran = False
+        for e in self.engines.values():
+            if e.has_unfinished():
+                ran |= self._step_engine(e)
+        self._idle_steps = 0 if ran else self._idle_steps + 1
+        if self._idle_steps >= 200 and self.has_unfinished():
+            stuck = [f"{e.instance} ({len(e.core().scheduler.requests)} requests)"
+                     for e in self.engines.values() if e.has_unfinished()]
+            raise RuntimeError(f"vLLM scheduled nothing in 200 rounds of steps with requests "
+                               f"waiting on the {', '.join(stuck)} engine; stopped rather "
+                               f"than spin")
+
+    def _step_engine(self, e: VllmEngine) -> bool:
         t0 = time.perf_counter()
-        with torch.profiler.record_function(self.step_label):
-            outs = self.engine.step()
+        try:
+            with torch.profiler.record_function(self.step_label):
+                outs = e.step()
+        except Exception as ex:
+            if not self.pd:
+                raise
+            raise RuntimeError(f"the PD pair's {e.instance} engine failed in a step: "
+                               f"{type(ex).__name__}: {ex}") from ex
         t1 = time.perf_counter()
         self._sync_steps += 1
-        if self.auditing:                   # outside the step range: the read is not counted
-            self._audit()
-        s = self._last_sched
-        if s is not None and s.total_num_scheduled_tokens:
-            kind = self._kind(s)
-            self._steps.append(Step("colocated", len(self._steps), t0, t1,
+        if self.pd:
+            self._attribute_transfer(e, vllm_kv_connector().take_transfer_s())
+        s = e.last_sched
+        ran = s is not None and bool(s.total_num_scheduled_tokens)
+        if ran:
+            self._steps.append(Step(e.instance, len(self._steps), t0, t1,
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
-                                    kind))
+                                    e.kind(s)))
+            if self.auditing:               # outside the step range: the read is not counted
+                a = e.audit(len(self._steps) - 1, self.options.num_speculative_tokens)
+                if a is not None:
+                    self._audits.append(a)
         for o in outs:
+            if e.instance == "prefill":
+                if o.finished:
+                    self._hand_off(o, t1)
+                continue
             n = len(o.outputs[0].token_ids)
             times = self._token_times.setdefault(o.request_id, [])
             times.extend([t1] * (n - len(times)))
             if o.finished:
                 self._done[o.request_id] = o
-        return outs
+        return ran
+
+    def _hand_off(self, o: Any, t_done: float) -> None:
+        """The prefill engine finished a request: its KV is in the connector's store; the
+        decode engine gets the same prompt, as vLLM's disaggregation proxy sends it."""
+        rid = o.request_id
+        m = o.metrics
+        scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
+        self._prefill[rid] = (scheduled or None, t_done)
+        self._prompt_lens[rid] = len(o.prompt_token_ids or [])
+        self._back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])},
+                       self._params.pop(rid))
+
+    def _attribute_transfer(self, e: VllmEngine, seconds: float) -> None:
+        """The connector's host time in this engine's step, shared among the requests whose
+        KV it saved or loaded, by tokens moved (vLLM ids carry a suffix after the last '-')."""
+        step = getattr(e.connector(), "last_step", None) or {}
+        moved = {rid.rsplit("-", 1)[0]: n for kind in ("store", "load")
+                 for rid, n in step.get(kind, {}).items()}
+        for rid, n in step.get("load", {}).items():
+            self._kv_loaded[rid.rsplit("-", 1)[0]] += n
+        total = sum(moved.values())
+        for rid, n in moved.items():
+            self._kv_s[rid] += seconds * (n / total if total else 1 / len(moved))
 
     def _completion(self, rid: str) -> Completion:
         o = self._done[rid]
         c = o.outputs[0]
         times = list(self._token_times.get(rid, []))
-        m = o.metrics
-        scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
+        if self.pd:
+            scheduled, prefill_done = self._prefill[rid]
+            kv_s = self._kv_s.get(rid, 0.0)
+            self._pd_totals["pd_requests"] += 1
+            self._pd_totals["pd_kv_loaded_tokens"] += self._kv_loaded.get(rid, 0)
+            blocks = (self._prompt_lens.get(rid, 0) - 1) // pd_block_size(self.side.device)
+            if blocks and not self._kv_loaded.get(rid):
+                self._pd_totals["pd_kv_recomputed"] += 1   # the example's lookup missed
+        else:
+            m = o.metrics
+            scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
+            prefill_done, kv_s = None, None
         return Completion(list(o.prompt_token_ids or []), list(c.token_ids), c.text,
-                          self._arrivals[rid], times, c.finish_reason,
-                          first_scheduled_time=scheduled if scheduled else None)
+                          self._arrivals[rid], times, c.finish_reason, kv_handoff_s=kv_s,
+                          first_scheduled_time=scheduled if scheduled else None,
+                          prefill_done_time=prefill_done)
 
     def _run(self, add_all) -> list[str]:
-        self._arrivals, self._token_times, self._done = {}, {}, {}
+        self._begin()
         ids = add_all()
-        while self.engine.has_unfinished_requests():
+        while self.has_unfinished():
             self._step()
         return ids
 
@@ -382,25 +476,29 @@ class VllmSession:
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
         from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
-        self._arrivals, self._token_times, self._done = {}, {}, {}
+        self._begin()
 
         def add(r: TimedPrompt, arrival_time: float) -> str:
             sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
             return self._add({"prompt_token_ids": list(r.prompt_token_ids)}, sp, arrival_time)
-        ids = open_loop.replay(requests, add, self._step, self.engine.has_unfinished_requests)
+        ids = open_loop.replay(requests, add, self._step, self.has_unfinished)
         return [self._completion(i) for i in ids]
 
     # -- the rest of the Session interface -----------------------------------------------
     def dispatch_log(self) -> list[tuple[str, str]]:
         """(phase, batch class) of every step the runner executed since the engine was
         built: "warmup", "dummy" (runs that warm nothing), "serve" (mrbench.harness.targets.
-        vllm_dispatch says what each runner's warmup is). None on CPU, where vLLM compiles
-        one generic shape and dispatches no CUDA-graph classes: the check is not made."""
-        return vllm_dispatch.log(self._runner()) if self.reads_dispatch else []
+        vllm_dispatch says what each runner's warmup is); a PD pair's two runners one after
+        the other. Empty on CPU, where vLLM compiles one generic shape and dispatches no
+        CUDA-graph classes: the check is not made."""
+        if not self.reads_dispatch:
+            return []
+        return [x for e in self.engines.values() for x in vllm_dispatch.log(e.runner())]
 
     def counters(self) -> dict[str, float]:
         now = self._spec_totals()
         out = {k: v - self._counters0.get(k, 0.0) for k, v in now.items()}
+        out.update({k: float(v) for k, v in self._pd_totals.items()})
         if self.sync_check:
             out.update(sync_check_warnings=float(self._sync_warnings),
                        sync_check_steps=float(self._sync_steps),
@@ -416,62 +514,66 @@ class VllmSession:
     def reset_steps(self) -> None:
         self._steps = []
         self._counters0 = self._spec_totals()
+        self._pd_totals = Counter()
         self._sync_warnings = self._sync_steps = 0
         self._audits = []
-
-    def _audit(self) -> None:
-        """V2's host mirror vs the device truth of num_computed_tokens, for every live
-        request, after a step (a device read: only in the profiled pass). The mirror may be
-        ahead by at most k (drafts the scheduler counted before verification; vLLM's
-        `seq_lens_cpu_upper_bound` relies on it being an upper bound); further ahead is
-        the drift of vLLM PR 42202's bug class."""
-        states = getattr(self._runner(), "req_states", None)
-        if states is None or not getattr(states, "req_id_to_index", None):
-            return
-        slots = list(states.req_id_to_index.values())
-        truth = states.num_computed_tokens.gpu[slots].cpu().numpy()
-        slack = states.num_computed_tokens_np[slots] - truth
-        self._audits.append(AuditSample("colocated", len(self._steps) - 1, int(slack.max()),
-                                        int(slack.min()), self.options.num_speculative_tokens))
 
     def audits(self) -> list[AuditSample]:
         return list(self._audits)
 
     def resolved(self) -> dict[str, Any]:
         import vllm  # lazy: vLLM is optional (the vllm target only)
-        cfg = self.engine.vllm_config
+        back = self._back
+        cfg = back.engine.vllm_config
         mc, sc = cfg.model_config, cfg.scheduler_config
         cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
-        return dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
-                    else "v1", runner_class=self.runner_class, sync_free=self.side.runner == "v2",
-                    engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
-                    vllm_version=getattr(vllm, "__version__", installed_version()),
-                    attention_backend=", ".join(self._attention_backends()) or "unknown",
-                    cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
-                    kv_cache=self._kv_cache(),
-                    phase_probe=self.probe.as_dict(),
-                    sync_check=dict(mode=self.sync_check, armed=self._sync_check_armed(),
-                                    sites=dict(self._sync_sites.most_common(8)))
-                    if self.sync_check else None,
-                    sync_check_sites=dict(self._sync_sites.most_common(8)),
-                    fault_patches=self.faults_applied,
-                    env={k: os.environ.get(k) for k in (
-                        "VLLM_USE_V2_MODEL_RUNNER", "VLLM_ENABLE_V1_MULTIPROCESSING",
-                        "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")},
-                    device=self.side.device, dtype=str(mc.dtype).removeprefix("torch."),
-                    model=self.model, faults=list(self.side.faults), seed=self.side.seed,
-                    startup_s=round(self.startup_s, 3),
-                    engine=dict(max_num_seqs=sc.max_num_seqs,
-                                max_num_batched_tokens=sc.max_num_batched_tokens,
-                                max_model_len=mc.max_model_len,
-                                num_speculative_tokens=self.options.num_speculative_tokens,
-                                speculative_method=self.options.speculative_method
-                                if self.options.num_speculative_tokens else None,
-                                pd_disagg=False,
-                                engine_key=engine_key(self.side, self.options, self.model)))
+        out = dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
+                   else "v1", runner_class=back.runner_class(),
+                   sync_free=self.side.runner == "v2",
+                   engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
+                   vllm_version=getattr(vllm, "__version__", installed_version()),
+                   attention_backend=", ".join(back.attention_backends()) or "unknown",
+                   cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
+                   kv_cache=back.kv_cache(),
+                   phase_probe=self.probes[back.instance].as_dict(),
+                   sync_check=dict(mode=self.sync_check, armed=self._sync_check_armed(),
+                                   sites=dict(self._sync_sites.most_common(8)))
+                   if self.sync_check else None,
+                   sync_check_sites=dict(self._sync_sites.most_common(8)),
+                   fault_patches=self.faults_applied,
+                   env={k: os.environ.get(k) for k in (
+                       "VLLM_USE_V2_MODEL_RUNNER", "VLLM_ENABLE_V1_MULTIPROCESSING",
+                       "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")},
+                   device=self.side.device, dtype=str(mc.dtype).removeprefix("torch."),
+                   model=self.model, faults=list(self.side.faults), seed=self.side.seed,
+                   startup_s=round(self.startup_s, 3),
+                   engine=dict(max_num_seqs=sc.max_num_seqs,
+                               max_num_batched_tokens=sc.max_num_batched_tokens,
+                               max_model_len=mc.max_model_len,
+                               num_speculative_tokens=self.options.num_speculative_tokens,
+                               speculative_method=self.options.speculative_method
+                               if self.options.num_speculative_tokens else None,
+                               pd_disagg=self.pd,
+                               engine_key=engine_key(self.side, self.options, self.model)))
+        if self.pd:
+            out["pd"] = dict(
+                connector=f"{PD_CONNECTOR} (a measuring subclass of vLLM's ExampleConnector, "
+                          f"harness/targets/vllm_kv_connector.py)",
+                kv_store="files under a per-session temporary directory",
+                instances={n: dict(role=r, runner_class=e.runner_class(),
+                                   startup_s=round(e.startup_s, 3), kv_cache=e.kv_cache(),
+                                   phase_probe=self.probes[n].as_dict())
+                           for (n, e), r in zip(self.engines.items(),
+                                                ("kv_producer", "kv_consumer"))})
+        return out
 
     def close(self) -> None:
-        self.llm = self.engine = None
+        for e in self.engines.values():
+            e.close()
+        self.engines = {}
+        if self._kv_dir:
+            shutil.rmtree(self._kv_dir, ignore_errors=True)
+            self._kv_dir = None
 
 
 def sync_check_mode() -> str | None:
@@ -551,4 +653,5 @@ class VllmTarget:
         return dict(runners=list(RUNNERS), faults=sorted(vllm_faults.FAULTS),
                     installed=installed_version(),
                     notes="v2 needs CUDA; faults need the vLLM release they were written "
-                          "for; PD-disagg unsupported; warmup coverage on CUDA only")
+                          "for; PD-disagg = a prefill and a decode engine joined by vLLM's "
+                          "example KV connector; warmup coverage on CUDA only")

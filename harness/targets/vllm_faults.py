@@ -46,6 +46,19 @@ class VllmFault:
 
 FAULTS: dict[str, VllmFault] = {f.name: f for f in (
     VllmFault(
+        "stale-slot-state", 39833,
+        "V2's RequestState.add_request no longer clears the slot's draft_tokens, so a reused "
+        "slot keeps its previous occupant's drafts (the PR's other half, last_sampled_tokens, "
+        "has no line in 0.26: its combine kernel writes the last sampled token only for "
+        "generated positions, and the scheduler recomputes a fully transferred prompt's last "
+        "token, so a new request's first step is never a decode)",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.states", "RequestState.add_request",
+            old="self.draft_tokens[req_idx].zero_()",
+            new="pass  # mrbench fault stale-slot-state (vLLM PR 39833 reverted): the reused "
+                "slot keeps its previous occupant's draft tokens"),)),
+    VllmFault(
         "seq-lens-sync", 40654,
         "V2's prepare_inputs reads the device seq_lens back to the host every step (the "
         "pre-fix `seq_lens_cpu`), instead of the numpy upper bound",

@@ -41,6 +41,8 @@ class Completion:
     num_draft_tokens: int | None = None
     num_accepted_tokens: int | None = None
     accepted_per_pos: list[int] | None = None   # [i]: verification steps accepting draft i
+    prefill_done_time: float | None = None      # PD: the prefill instance finished (its
+                                                # part of TTFT = this - arrival_time)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@
 #          OUT_DIR/op-counts/ (commit them under results/baselines/op-counts/)
 #   matrix `faults quick` for the vllm faults mirror-increment and accept-count-cat-argmax
 #          (the clean run first): each must be caught, the clean run must pass
+#   pd     `run pd --vllm-sync-check warn`: GSM8K and a Mooncake replay through a PD pair per
+#          side (prefill + decode engine, vLLM's example KV connector), clean: must pass
+#   pdfault `faults pd-eagle --fault stale-slot-state` (vLLM PR 39833's line put back into
+#          V2's RequestState.add_request) under PD with EAGLE k = 2; the clean run first
 #   tests  tests/vllm/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,13 +41,14 @@ run() {                                   # run NAME ARGS...: one mrbench run, t
       --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s ($*)" | tee -a "$out/timings.txt"
-  grep -E "^(gsm8k|spec|warmup|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
+  grep -E "^(gsm8k|spec|warmup|trace|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
   tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null   # after every run: a kill keeps these
 }
 [[ $steps == *,smoke,* ]] && run smoke-clean smoke
 [[ $steps == *,fault,* ]] && run smoke-fault smoke --fault seq-lens-sync --vllm-sync-check warn
 [[ $steps == *,quick,* ]] && run quick-clean quick --vllm-sync-check warn
 [[ $steps == *,eagle,* ]] && run spec-eagle spec-eagle
+[[ $steps == *,pd,* ]] && run pd-clean pd --vllm-sync-check warn
 faults() {                                # faults NAME SUITE FAULT...: clean, then each
   local name=$1 suite=$2; shift 2
   local t0=$SECONDS args=()
@@ -60,6 +65,7 @@ if [[ $steps == *,reference,* ]]; then
   mkdir -p "$out/op-counts" && cp results/baselines/op-counts/vllm-* "$out/op-counts/" 2>/dev/null
   ls -l "$out/op-counts"
 fi
+[[ $steps == *,pdfault,* ]] && faults pd-faults pd-eagle stale-slot-state
 [[ $steps == *,matrix,* ]] && faults faults-quick quick mirror-increment accept-count-cat-argmax
 if [[ $steps == *,tests,* ]]; then
   MRBENCH_VLLM_GPU_RUNS="$out/runs" $py -m pytest -q -p no:cacheprovider \

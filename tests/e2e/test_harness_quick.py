@@ -94,8 +94,12 @@ def test_quick_clean_passes(runs):
         assert manifest["resolved"][wl]["candidate"]["runner"] == "v2"
         assert manifest["resolved"][wl]["baseline"]["runner"] == "v1"
     req = pd.read_csv(path / "requests.csv")
-    assert set(req["workload"]) == {"gsm8k", "gsm8k-pd", "spec.k2-ngram-b4", "warmup.k0",
-                                    "warmup.k1-ngram"}
+    assert set(req["workload"]) == {"gsm8k", "gsm8k-pd", "trace-pd", "spec.k2-ngram-b4",
+                                    "warmup.k0", "warmup.k1-ngram"}
+    # PD: the prefill instance's part of TTFT and the KV hand-off, per request
+    pdr = req[req.workload.isin(["gsm8k-pd", "trace-pd"])]
+    assert pdr["prefill_ms"].notna().all() and (pdr["prefill_ms"] <= pdr["ttft_ms"] + 1e-6).all()
+    assert pdr["kv_handoff_ms"].notna().all()
     # the eagle points are vLLM's (V2's proposer): said, not run, on the bundled runner
     assert {(u["workload"], u["side"]) for u in summary["unsupported"]} == {
         (wl, side) for wl in ("spec.k2-eagle-b4", "warmup.k1-eagle")

@@ -38,6 +38,7 @@ RUNS = {
     "smoke-fault": ["smoke", "--fault", "seq-lens-sync", "--vllm-sync-check", "warn"],
     "quick-clean": ["quick", "--vllm-sync-check", "warn"],
     "spec-eagle": ["spec-eagle"],
+    "pd-clean": ["pd", "--vllm-sync-check", "warn"],
 }
 
 
@@ -152,7 +153,7 @@ def test_quick_passes_clean_and_says_what_it_could_not_run(runs):
     for wl in ("gsm8k", "spec.k2-eagle-b4"):
         audit = r.check(wl, "state_audit_violations")
         assert audit["verdict"] == "pass" and audit["candidate"] == 0, audit
-    assert "PD disaggregation" in reasons["gsm8k-pd"]
+    assert "gsm8k-pd" not in reasons and "trace-pd" not in reasons   # the PD pair runs
     assert "ngram" in reasons["warmup.k1-ngram"]
     assert "warmup.k0" not in reasons and "warmup.k1-eagle" not in reasons
 
@@ -249,3 +250,37 @@ def test_the_vllm_fault_matrix_catches_mirror_drift_and_wasteful_counting():
     assert res["clean"]["verdict"] == "pass" and res["clean"]["false_alarms"] == 0, res["clean"]
     assert "spec.k2-eagle-b4/state_audit_violations" in res["faults"]["mirror-increment"]["by"]
     assert "spec.k2-eagle-b4/ops_vs_reference" in res["faults"]["accept-count-cat-argmax"]["by"]
+
+
+def test_pd_on_vllm_v2_against_v1_passes_clean_through_the_kv_connector(runs):
+    """`run pd`: GSM8K and a Mooncake replay through two vLLM engines per side (a prefill
+    engine and a decode engine joined by vLLM's example KV connector), V2 against V1. The
+    decode engines loaded the prompts' KV (counted per request), greedy tokens and accuracy
+    agree, V2 makes no hot-path sync on either engine (the connector's copies count against
+    its own kv_transfer phase), and the state audit holds on both V2 engines."""
+    r = runs("pd-clean")
+    assert r.summary["verdict"] == "pass", (r.summary["failures"], [
+        c for c in r.summary["checks"] if c["verdict"] not in ("pass", "info")])
+    assert not r.summary["unsupported"]
+    for wl in ("gsm8k-pd", "trace-pd"):
+        assert r.check(wl, "token_agreement")["verdict"] == "pass"
+        audit = r.check(wl, "state_audit_violations")
+        assert audit["verdict"] == "pass" and audit["candidate"] == 0, audit
+        for side in ("candidate", "baseline"):
+            res = r.resolved(wl, side)
+            assert res["engine"]["pd_disagg"] is True
+            roles = {n: i["role"] for n, i in res["pd"]["instances"].items()}
+            assert roles == {"prefill": "kv_producer", "decode": "kv_consumer"}
+            kv = res["pd"]["instances"]["decode"]["kv_cache"]
+            assert kv["gpu_memory_utilization"] == pytest.approx(0.2125)   # 0.85 / 4 engines
+            m = r.summary["metrics"][wl][side]
+            assert m["pd_kv_loaded_tokens"] > 0 and m["pd_requests"] > 0, m
+    assert r.check("gsm8k-pd", "accuracy_strict")["verdict"] == "pass"
+    prof = r.profile()
+    v2 = prof[prof.side == "candidate"]
+    assert set(v2["instance"].dropna()) == {"prefill", "decode"}   # (a step may only collect)
+    assert v2["syncs_hot"].sum() == 0 and v2["ran_kv_transfer"].sum() > 0
+    req = pd.read_csv(r.path / "requests.csv")
+    pdr = req[req.workload == "gsm8k-pd"]
+    assert (pdr["prefill_ms"] > 0).all() and (pdr["kv_handoff_ms"] > 0).mean() > 0.8
+    assert (pdr["prefill_ms"] < pdr["ttft_ms"]).all()        # TTFT = prefill + hand-off + ...

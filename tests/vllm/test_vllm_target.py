@@ -99,10 +99,10 @@ workloads:
     workload: gsm8k
     # after the failed engine: a fresh engine process, so nothing half-started carries over
     params: {limit: 2, max_num_seqs: 2, profile_limit: 1, max_tokens: 24, state_audit: false}
-  - id: pd
-    workload: gsm8k
-    params: {mode: pd, limit: 2, max_num_seqs: 2, profile_limit: 0, max_tokens: 8,
-             state_audit: false}
+  - id: warm
+    workload: warmup
+    # warmup coverage reads CUDA-graph dispatch classes: unsupported on vLLM's CPU build
+    params: {ks: [0], proposers: [ngram], max_num_seqs: 2}
 """
 
 
@@ -121,9 +121,10 @@ def test_a_vllm_failure_is_recorded_and_the_other_workloads_report(tmp_path, cap
     assert "max_num_batched_tokens" in fail["error"] and fail["traceback"]
     assert fail["engine_log"] == "engine-logs/impossible.candidate.log"
     assert {c["workload"] for c in summary["checks"]} == {"ok"}         # ok still reported
-    [pd] = summary["unsupported"]
-    assert (pd["workload"], pd["target"]) == ("pd", "vllm") and "unsupported here" in pd["reason"]
-    assert "UNSUPPORTED HERE pd" in printed
+    [warm] = summary["unsupported"]
+    assert warm["workload"].startswith("warm") and warm["target"] == "vllm"
+    assert "unsupported here" in warm["reason"]
+    assert f"UNSUPPORTED HERE {warm['workload']}" in printed
     html = (out / "report.html").read_text()
     assert "impossible" in html and "max_num_batched_tokens" in html and "unsupported" in html
 
@@ -132,7 +133,12 @@ def test_a_vllm_failure_is_recorded_and_the_other_workloads_report(tmp_path, cap
 from mrbench.contract import BadInput
 from mrbench.harness.targets import vllm_faults  # noqa: E402
 from mrbench.harness.targets.base import Unsupported  # noqa: E402
-from mrbench.harness.targets.vllm import start_error, unsupported_reason  # noqa: E402
+from mrbench.harness.targets.vllm import (  # noqa: E402
+    engine_key,
+    pd_connector_config,
+    start_error,
+    unsupported_reason,
+)
 
 
 def test_each_engine_asks_vllm_for_its_share_of_the_gpu():
@@ -140,6 +146,25 @@ def test_each_engine_asks_vllm_for_its_share_of_the_gpu():
     assert llm_kwargs(side, EngineOptions(gpu_memory_share=0.425), "/m", 64)[
         "gpu_memory_utilization"] == 0.425
     assert llm_kwargs(side, EngineOptions(), "/m", 64)["gpu_memory_utilization"] == 0.85
+
+
+def test_a_pd_pair_splits_its_sides_share_and_moves_whole_kv_blocks():
+    """A PD side is two resident engines: each asks for half of the side's share; their KV
+    blocks are small enough that the connector moves most of a short prompt."""
+    side = SideSpec("v2", device="cuda", target="vllm")
+    kw = llm_kwargs(side, EngineOptions(gpu_memory_share=0.425, pd_disagg=True), "/m", 64)
+    assert kw["gpu_memory_utilization"] == pytest.approx(0.2125) and kw["block_size"] == 16
+    cpu = llm_kwargs(SideSpec("v1", target="vllm"), EngineOptions(pd_disagg=True), "/m", 64)
+    assert cpu["block_size"] == 32                    # vLLM's CPU attention: multiples of 32
+    assert "block_size" not in llm_kwargs(side, EngineOptions(), "/m", 64)
+    prefill, decode = (pd_connector_config(r, "/tmp/kv") for r in ("kv_producer", "kv_consumer"))
+    assert prefill["kv_role"] == "kv_producer" and decode["kv_role"] == "kv_consumer"
+    assert prefill["kv_connector_module_path"] == "mrbench.harness.targets.vllm_kv_connector"
+    assert decode["kv_connector_extra_config"]["shared_storage_path"] == "/tmp/kv"
+    # a PD side and a colocated side of the same shape are different engines
+    opts = EngineOptions()
+    assert engine_key(side, opts, "/m", 64) != engine_key(
+        side, EngineOptions(pd_disagg=True), "/m", 64)
 
 
 def test_what_v2_cannot_run_is_said_before_any_engine_starts():
@@ -150,7 +175,8 @@ def test_what_v2_cannot_run_is_said_before_any_engine_starts():
         v2, EngineOptions(num_speculative_tokens=2, speculative_method="draft"))
     assert unsupported_reason(v1, ngram) is None                 # V1 takes n-gram drafts
     assert unsupported_reason(v2, EngineOptions()) is None
-    assert "PD disaggregation" in unsupported_reason(v1, EngineOptions(pd_disagg=True))
+    assert unsupported_reason(v1, EngineOptions(pd_disagg=True)) is None   # a PD pair runs
+    assert unsupported_reason(v2, EngineOptions(pd_disagg=True), frozenset({"pd"})) is None
     # warmup coverage reads CUDA-graph dispatch classes: CUDA only
     assert "warmup coverage" in unsupported_reason(v1, EngineOptions(),
                                                    frozenset({"dispatch_log"}))
@@ -169,6 +195,12 @@ def test_an_engine_start_error_is_one_line_naming_its_cause():
     assert isinstance(refused, Unsupported) and "unsupported here" in str(refused)
     other = RuntimeError("boom")
     assert start_error(other, side, opts) is other
+    # a PD pair's engine is named, and its memory share is its half of the side's
+    named = start_error(ValueError("No common block size\nfor 16"), side, opts, "decode")
+    assert str(named).startswith("vllm:v2 decode engine could not start") and "\n" not in str(named)
+    pd_mem = start_error(ValueError("CUDA out of memory"), side,
+                         EngineOptions(gpu_memory_share=0.425, pd_disagg=True), "prefill")
+    assert "vllm:v2 prefill engine" in str(pd_mem) and "0.212" in str(pd_mem)
 
 
 def test_gpu_memory_utilization_is_checked_up_front(tmp_path, capsys):
@@ -217,3 +249,56 @@ def test_every_vllm_fault_patch_finds_its_line_in_the_installed_release():
         for p in f.patches:
             _, _, fn = vllm_faults._owner_and_function(p)
             vllm_faults.patched_source(textwrap.dedent(inspect.getsource(fn)), p)
+
+
+PD_SUITE = """name: pd-cpu
+workloads:
+  - id: gsm8k-pd
+    workload: gsm8k
+    params: {mode: pd, limit: 8, max_num_seqs: 2, wave_size: 4, profile_limit: 4,
+             max_tokens: 96}
+  - id: trace-pd
+    workload: trace-replay
+    # lengths are scaled by 1/32 (trace-replay's length_scale): prompts of 40-160 tokens
+    params: {trace: "synthetic:n=12,rate=20,input=1280-5120,output=8-24", limit: 12,
+             wave_size: 4, max_num_seqs: 2, max_num_batched_tokens: 2048, profile_limit: 4}
+"""
+
+
+@needs_vllm
+def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch):
+    """Issue 20 on CPU: GSM8K and a trace replay through a vLLM PD pair (a prefill and a
+    decode engine joined by vLLM's example KV connector, both V1 on CPU) against the bundled
+    runner's PD pair on the same weights: the same greedy tokens, the decode engine loaded the
+    prompts' KV, and each request row splits TTFT into its prefill part and the hand-off."""
+    suite = tmp_path / "pd.yaml"
+    suite.write_text(PD_SUITE)
+    kv_root = tmp_path / "kv"
+    kv_root.mkdir()
+    monkeypatch.setenv("MRBENCH_KV_DIR", str(kv_root))    # the engine processes inherit it
+    out = tmp_path / "run"
+    code = main(["run", str(suite), "--target", "vllm", "--candidate", "v1",
+                 "--baseline", "bundled:v1", "--out", str(out)])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["verdict"] == "pass", summary["failures"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    for wl in ("gsm8k-pd", "trace-pd"):
+        parity = next(c for c in summary["checks"]
+                      if (c["workload"], c["metric"]) == (wl, "cross_engine_parity"))
+        assert parity["candidate"] == 1.0, parity
+        cand = manifest["resolved"][wl]["candidate"]
+        assert cand["engine"]["pd_disagg"] is True
+        assert {n: i["role"] for n, i in cand["pd"]["instances"].items()} == {
+            "prefill": "kv_producer", "decode": "kv_consumer"}
+        m = summary["metrics"][wl]["candidate"]
+        assert m["pd_requests"] > 0 and m["pd_kv_loaded_tokens"] > 0, m
+    import pandas as pd
+    req = pd.read_csv(out / "requests.csv")
+    v = req[req.side == "candidate"]
+    assert (v["prefill_ms"] > 0).all() and (v["prefill_ms"] < v["ttft_ms"]).all()
+    assert (v["kv_handoff_ms"] > 0).mean() > 0.5
+    prof = pd.read_csv(out / "profile.csv")
+    cand = prof[prof.side == "candidate"]
+    assert set(cand["instance"].dropna()) == {"prefill", "decode"}
+    assert cand["ran_kv_transfer"].sum() > 0           # the connector's own phase
+    assert not list(kv_root.iterdir())                 # each pair removed its KV files

@@ -1,0 +1,135 @@
+"""One real vLLM engine in this process, with what the vllm target reads from it.
+
+A session of the vllm target holds one of these (colocated) or two (a PD pair: the
+"prefill" and the "decode" instance). Each is a `vllm.LLM` whose engine core runs in this
+process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so its scheduler, model runner and KV
+connector are plain objects here: the engine records each step's `SchedulerOutput`
+(request and token counts, dispatch class) and, for the state audit, reads V2's host mirror
+and its device truth.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from mrbench.contract import AuditSample
+
+SPEC_METRICS = {"vllm:spec_decode_num_drafts": "spec_num_drafts",
+                "vllm:spec_decode_num_draft_tokens": "spec_num_draft_tokens",
+                "vllm:spec_decode_num_accepted_tokens": "spec_num_accepted_tokens"}
+
+
+class VllmEngine:
+    def __init__(self, instance: str, llm_kwargs: dict[str, Any]) -> None:
+        from vllm import LLM  # lazy: vLLM is optional (the vllm target only)
+        self.instance = instance            # "colocated" | "prefill" | "decode"
+        t0 = time.perf_counter()
+        self.llm = LLM(**llm_kwargs)
+        self.startup_s = time.perf_counter() - t0
+        self.engine = self.llm.llm_engine
+        self.last_sched: Any = None         # the SchedulerOutput of the step just run
+        self._hook_scheduler()
+
+    # -- internals we read (in-process engine core) ------------------------------------
+    def core(self) -> Any:
+        return self.engine.engine_core.engine_core          # InprocClient -> EngineCore
+
+    def runner(self) -> Any:
+        worker = self.core().model_executor.driver_worker
+        return getattr(worker, "worker", worker).model_runner
+
+    def connector(self) -> Any:
+        """The scheduler-side KV connector (None without one)."""
+        return getattr(self.core().scheduler, "connector", None)
+
+    def uses_v2(self) -> bool:
+        return bool(self.engine.vllm_config.use_v2_model_runner)
+
+    def runner_class(self) -> str:
+        try:
+            runner = self.runner()
+            return f"{type(runner).__module__}.{type(runner).__qualname__}"
+        except AttributeError:
+            return "unknown"
+
+    def attention_backends(self) -> list[str]:
+        """The attention backends the runner built (its attention groups)."""
+        names: list[str] = []
+        try:
+            for groups in self.runner().attn_groups:
+                for g in groups:
+                    n = g.backend.get_name()
+                    if n not in names:
+                        names.append(n)
+        except (AttributeError, TypeError):
+            pass
+        return names
+
+    def kv_cache(self) -> dict[str, Any]:
+        cc = self.engine.vllm_config.cache_config
+        return dict(num_gpu_blocks=getattr(cc, "num_gpu_blocks", None),
+                    block_size=getattr(cc, "block_size", None),
+                    gpu_memory_utilization=getattr(cc, "gpu_memory_utilization", None))
+
+    def _hook_scheduler(self) -> None:
+        """Keep each step's SchedulerOutput: request and token counts, and its dispatch
+        class (uniform decode vs prefill/mixed) for the step table."""
+        sched = self.core().scheduler
+        orig = sched.schedule
+
+        def schedule(*a, **kw):
+            out = orig(*a, **kw)
+            self.last_sched = out
+            return out
+        sched.schedule = schedule
+
+    def spec_totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        try:
+            metrics = self.llm.get_metrics()
+        except Exception:                                  # stats disabled or unavailable
+            return out
+        for m in metrics:
+            if m.name in SPEC_METRICS:
+                out[SPEC_METRICS[m.name]] = float(getattr(m, "value", 0) or 0)
+            elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+                for j, v in enumerate(getattr(m, "values", []) or []):
+                    out[f"spec_accepted_pos_{j}"] = float(v)
+        return out
+
+    @staticmethod
+    def kind(sched: Any) -> str:
+        if sched is None or not sched.num_scheduled_tokens:
+            return "empty"
+        spec = sched.scheduled_spec_decode_tokens
+        decode = all(n == 1 + len(spec.get(r, ())) for r, n in sched.num_scheduled_tokens.items())
+        return "uniform_decode" if decode and not sched.scheduled_new_reqs else "mixed"
+
+    # -- driving -------------------------------------------------------------------------
+    def add(self, request_id: str, prompt: Any, params: Any) -> None:
+        self.engine.add_request(request_id, prompt, params)
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def step(self) -> list:
+        self.last_sched = None
+        return self.engine.step()
+
+    def audit(self, step_index: int, allowed_slack: int) -> AuditSample | None:
+        """V2's host mirror vs the device truth of num_computed_tokens for every live
+        request (a device read: only in the profiled pass, outside the step range). The
+        mirror may be ahead by at most k (drafts the scheduler counted before verification;
+        vLLM's `seq_lens_cpu_upper_bound` relies on it being an upper bound); further ahead
+        is the drift of vLLM PR 42202's bug class."""
+        states = getattr(self.runner(), "req_states", None)
+        if states is None or not getattr(states, "req_id_to_index", None):
+            return None
+        slots = list(states.req_id_to_index.values())
+        truth = states.num_computed_tokens.gpu[slots].cpu().numpy()
+        slack = states.num_computed_tokens_np[slots] - truth
+        return AuditSample(self.instance, step_index, int(slack.max()), int(slack.min()),
+                           allowed_slack)
+
+    def close(self) -> None:
+        self.llm = self.engine = None
