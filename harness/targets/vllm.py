@@ -64,7 +64,7 @@ from mrbench.runner_impl.default_model import (
 from .. import phases
 from . import open_loop, vllm_dispatch, vllm_faults
 from .base import SideSpec, Unsupported, register
-from .vllm_engine import VllmEngine
+from .vllm_engine import StepWatchdog, VllmEngine
 
 RUNNERS = ("v2", "v1")
 # Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
@@ -290,6 +290,7 @@ class VllmSession:
         self._steps: list[Step] = []
         self._next_id = 0
         self._idle_steps = 0
+        self._watchdog = StepWatchdog()
         self._counters0 = self._spec_totals()
         self._pd_totals: Counter[str] = Counter()
 
@@ -381,7 +382,9 @@ class VllmSession:
     def _step_engine(self, e: VllmEngine) -> bool:
         t0 = time.perf_counter()
         try:
-            with torch.profiler.record_function(self.step_label):
+            with self._watchdog.stepping(f"{self.side.target}:{self.side.runner} "
+                                         f"{e.instance}"), \
+                    torch.profiler.record_function(self.step_label):
                 outs = e.step()
         except Exception as ex:
             if not self.pd:

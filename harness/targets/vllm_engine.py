@@ -9,7 +9,12 @@ and its device truth.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mrbench.contract import AuditSample
@@ -133,3 +138,55 @@ class VllmEngine:
 
     def close(self) -> None:
         self.llm = self.engine = None
+
+
+STEP_LIMIT_ENV = "MRBENCH_ENGINE_STEP_LIMIT_S"
+DEFAULT_STEP_LIMIT_S = 300.0     # no engine step of the workloads here takes a minute; a
+                                 # KV load that never completes would take forever
+
+
+def _exit_stuck(message: str) -> None:
+    """The engine process is stuck inside vLLM (no Python frame of ours will run again):
+    say which engine on stderr, the engine log's last line, and end the process. The
+    harness's worker records the exit as a crash of this side, with that line."""
+    print(message, file=sys.stderr, flush=True)
+    os._exit(70)
+
+
+class StepWatchdog:
+    """Ends an engine process whose engine sits in one step too long, naming the engine.
+
+    A PD pair's decode engine can wait inside a step on its KV connector (a load that never
+    completes); the worker's per-call deadline would end that process too, but only after
+    the whole call's allowance and without saying which of the pair's engines was stuck.
+    The watchdog thread sees the engine that is stepping and for how long."""
+
+    def __init__(self, limit_s: float | None = None,
+                 on_stuck: Callable[[str], None] = _exit_stuck, poll_s: float = 1.0) -> None:
+        self.limit_s = limit_s if limit_s is not None else \
+            float(os.environ.get(STEP_LIMIT_ENV) or DEFAULT_STEP_LIMIT_S)
+        self.on_stuck, self.poll_s = on_stuck, poll_s
+        self._current: tuple[str, float] | None = None
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def stepping(self, instance: str) -> Iterator[None]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="mrbench-step-watchdog",
+                                            daemon=True)
+            self._thread.start()
+        self._current = (instance, time.monotonic())
+        try:
+            yield
+        finally:
+            self._current = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.poll_s)
+            cur = self._current
+            if cur is not None and time.monotonic() - cur[1] > self.limit_s:
+                self._current = None
+                self.on_stuck(f"mrbench: the {cur[0]} engine has been in one step for more "
+                              f"than {self.limit_s:g} s (a KV transfer that never completes? "
+                              f"{STEP_LIMIT_ENV} sets the limit); ending its process")

@@ -302,3 +302,34 @@ def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch
     assert set(cand["instance"].dropna()) == {"prefill", "decode"}
     assert cand["ran_kv_transfer"].sum() > 0           # the connector's own phase
     assert not list(kv_root.iterdir())                 # each pair removed its KV files
+
+
+def test_an_engine_stuck_in_one_step_is_named_and_ended():
+    """A PD engine waiting forever inside a step (a KV load that never completes) is not a
+    hang: the watchdog names the engine and ends its process, which the worker records as
+    that side's failure, with the line."""
+    import time
+
+    from mrbench.harness.targets.vllm_engine import StepWatchdog
+    seen: list[str] = []
+    wd = StepWatchdog(limit_s=0.2, on_stuck=seen.append, poll_s=0.02)
+    with wd.stepping("vllm:v2 prefill"):
+        time.sleep(0.05)                                  # a step of normal length
+    time.sleep(0.3)                                       # idle between steps: not stuck
+    assert seen == []
+    with wd.stepping("vllm:v2 decode"):
+        time.sleep(0.6)
+    assert len(seen) == 1 and "the vllm:v2 decode engine" in seen[0] and "0.2 s" in seen[0]
+
+
+def test_a_stuck_engine_process_exits_with_the_engines_name_on_stderr():
+    import subprocess
+    import sys
+    code = ("import time\n"
+            "from mrbench.harness.targets.vllm_engine import StepWatchdog\n"
+            "wd = StepWatchdog(limit_s=0.3, poll_s=0.05)\n"
+            "with wd.stepping('vllm:v1 decode'):\n"
+            "    time.sleep(30)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 70
+    assert "the vllm:v1 decode engine has been in one step" in p.stderr.strip().splitlines()[-1]
