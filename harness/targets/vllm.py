@@ -77,7 +77,7 @@ PD_ENGINES = 2                   # a PD side: its prefill and its decode engine
 # (128) would move nothing of a short prompt; vLLM's CPU attention takes multiples of 32.
 PD_BLOCK_SIZE = {"cpu": 32}
 PD_BLOCK_SIZE_GPU = 16
-PD_CONNECTOR = "MrbenchExampleConnector"
+PD_CONNECTOR = "MrbenchExampleConnector"   # the class in vllm_kv_connector.py (vLLM imports it)
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 
 
@@ -345,7 +345,6 @@ class VllmSession:
         self._prefill: dict[str, tuple[float | None, float]] = {}   # PD: scheduled, done
         self._kv_s: Counter[str] = Counter()
         self._kv_loaded: Counter[str] = Counter()
-        self._prompt_lens: dict[str, int] = {}
         if self._kv_dir:             # a pass never loads KV a previous pass left behind
             shutil.rmtree(self._kv_dir, ignore_errors=True)
             os.makedirs(self._kv_dir, exist_ok=True)
@@ -424,7 +423,6 @@ class VllmSession:
         m = o.metrics
         scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
         self._prefill[rid] = (scheduled or None, t_done)
-        self._prompt_lens[rid] = len(o.prompt_token_ids or [])
         self._back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])},
                        self._params.pop(rid))
 
@@ -449,7 +447,7 @@ class VllmSession:
             kv_s = self._kv_s.get(rid, 0.0)
             self._pd_totals["pd_requests"] += 1
             self._pd_totals["pd_kv_loaded_tokens"] += self._kv_loaded.get(rid, 0)
-            blocks = (self._prompt_lens.get(rid, 0) - 1) // pd_block_size(self.side.device)
+            blocks = (len(o.prompt_token_ids or []) - 1) // pd_block_size(self.side.device)
             if blocks and not self._kv_loaded.get(rid):
                 self._pd_totals["pd_kv_recomputed"] += 1   # the example's lookup missed
         else:

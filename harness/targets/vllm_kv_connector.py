@@ -44,8 +44,6 @@ try:             # vLLM's own exemption for deliberate bulk copies from its sync
 except ImportError:                      # a release without the checker: nothing to exempt
     gpu_sync_allowed = contextlib.nullcontext
 
-CONNECTOR_NAME = "MrbenchExampleConnector"
-
 _worker_transfer_s = 0.0      # worker side: host seconds in connector calls since the last take
 
 
