@@ -181,8 +181,12 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
                 s, code = camp.run(f"{'clean' if pct is None else f'slow{pct:g}'}-{i:02d}",
                                    suite, base, side, overrides, log)
                 hits = [c for c in s["checks"] if c["metric"] in LATENCY_SOURCES]
+                # each latency check's estimate and p, so a bar can be re-judged from
+                # the same runs (the per-run summaries hold the rest)
                 runs.append(dict(plan=label, run=i, verdict=s["verdict"], exit=code,
-                                 flagged=flagged(s), failures=len(s["failures"])))
+                                 flagged=flagged(s), failures=len(s["failures"]),
+                                 estimates={check_name(c): [c.get("delta"), c.get("p_value")]
+                                            for c in hits}))
                 for c in hits:
                     row = per[check_name(c)]
                     row["threshold"] = c["threshold"]

@@ -15,6 +15,7 @@ import numpy as np
 from mrbench.contract import SideResult
 
 from . import stats
+from .collectors import prefill_chunks
 from .collectors.agreement import first_divergence
 from .phases import HOT_PHASES
 from .references import count_means
@@ -233,6 +234,78 @@ def agreement_check(wl: str, base: SideResult, cand: SideResult,
                  [ci.lo, ci.hi] if ci else None, None, f"CI upper < {th.agreement_min}",
                  "share of requests with identical greedy tokens; Wilson CI",
                  "regression" if regressed else "pass", note)
+
+
+SAMPLED_STATS = ("distinct_streams", "output_tokens", "accuracy_strict")
+
+
+def is_sampled(side: SideResult) -> bool:
+    """The workload sampled several streams per prompt (rows carry `sample_group`)."""
+    return any("sample_group" in r for r in side.requests)
+
+
+def _sampled_groups(side: SideResult) -> dict[int, dict[str, float]]:
+    """Per prompt with >= 2 samples: the share of distinct streams, the mean output length
+    and the strict accuracy of its samples."""
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(side.requests):
+        if r.get("sample_group") is not None and r.get("fits_context", True) \
+                and i < len(side.tokens):
+            groups.setdefault(int(r["sample_group"]), []).append(i)
+    out = {}
+    for g, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        toks = [tuple(side.tokens[i]) for i in idx]
+        out[g] = dict(distinct_streams=len(set(toks)) / len(toks),
+                      output_tokens=float(np.mean([len(t) for t in toks])),
+                      accuracy_strict=float(np.mean([bool(side.requests[i].get("correct_strict"))
+                                                     for i in idx])))
+    return out
+
+
+def min_sampled_prompts(alpha: float, tests: int = len(SAMPLED_STATS)) -> int:
+    """Prompts a two-sided sign-flip test needs before its smallest p (2 / 2^n) can fall
+    below alpha / tests (Bonferroni)."""
+    return math.ceil(math.log2(2 * tests / alpha) + 1e-9)
+
+
+def sampled_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -> Check | None:
+    """Sampled distributions, paired by prompt: for each prompt, the share of distinct
+    streams among its samples, their mean length and their accuracy, candidate minus
+    baseline; a two-sided sign-flip permutation test per statistic (exact under H0: one
+    prompt's samples on the two runners are exchangeable), Bonferroni over the three. A
+    runner that shares random noise across rows collapses distinct streams; one that
+    mis-applies temperature or top-k/top-p moves lengths and accuracy. Valid whether or not
+    the two runners' samplers promise equal streams (equal streams give p = 1)."""
+    if not is_sampled(cand):
+        return None
+    b, c = _sampled_groups(base), _sampled_groups(cand)
+    common = sorted(set(b) & set(c))
+    k = len(SAMPLED_STATS)
+    thr = f"p < {th.alpha} (two-sided, Bonferroni over {k})"
+    need = min_sampled_prompts(th.alpha, k)
+    if len(common) < need:
+        return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
+                     thr, "-", "info", f"not measured: {len(common)} prompts with >= 2 "
+                     f"samples on both sides; the sign-flip test needs >= {need} to reach "
+                     f"alpha / {k}")
+    tests = {}
+    for name in SAMPLED_STATS:
+        d = [c[g][name] - b[g][name] for g in common]
+        tests[name] = (float(np.mean([b[g][name] for g in common])),
+                       float(np.mean([c[g][name] for g in common])),
+                       stats.sign_flip_test_paired(d, alternative="two-sided"))
+    worst = min(SAMPLED_STATS, key=lambda n: tests[n][2].p_value)
+    bm, cm, t = tests[worst]
+    p_adj = min(1.0, t.p_value * k)
+    note = "; ".join(f"{n} {tests[n][0]:.3g} -> {tests[n][1]:.3g} (p {tests[n][2].p_value:.3g})"
+                     for n in SAMPLED_STATS)
+    return Check(wl, "sampled_distribution", f"{worst} (mean per prompt)", bm, cm, cm - bm,
+                 None, p_adj, thr,
+                 f"per-prompt statistics over {len(common)} prompts, paired by prompt; "
+                 f"{t.method}; smallest p x {k} (Bonferroni)",
+                 "regression" if p_adj < th.alpha else "pass", note)
 
 
 def token_parity(base_tokens: list[list[int]], cand_tokens: list[list[int]]) -> tuple[int, int]:
@@ -456,16 +529,127 @@ def spec_summary(side: SideResult) -> dict[str, float]:
     return out
 
 
-def spec_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
+def _speculated(side: SideResult) -> bool:
+    """The side's engine had spec decoding (its drafts were counted, zero or not)."""
+    return (any(r.get("num_drafts") is not None for r in side.requests)
+            or "spec_num_drafts" in side.counters)
+
+
+def per_request_al(side: SideResult) -> dict[int, float]:
+    """req_index -> that request's own AL (1 + accepted / drafts), for the requests that
+    verified at least one draft; empty when the side has engine-wide counters only."""
+    out: dict[int, float] = {}
+    for r in side.requests:
+        i, d, a = r.get("req_index"), r.get("num_drafts"), r.get("num_accepted_tokens")
+        if i is None or d is None or a is None or not float(d) > 0 or math.isnan(float(a)):
+            continue
+        out[int(i)] = 1.0 + float(a) / float(d)
+    return out
+
+
+def spec_check(wl: str, base: SideResult, cand: SideResult,
+               th: Thresholds | None = None) -> Check | None:
+    """Mean acceptance length (AL = 1 + accepted / drafts, vLLM's definition): a
+    regression when the candidate's AL falls by more than `acceptance_drop` AND the fall is
+    significant at alpha. Paired over requests (the same prompt on both sides, by
+    req_index): each request's AL ratio, a one-sided Wilcoxon signed-rank test (candidate
+    lower) and the Hodges-Lehmann estimate of the relative change, with its CI. A change in
+    acceptance the tokens do not show (a sampler that rejects drafts it should accept) is
+    seen nowhere else. Reported, not judged, where the test cannot reach alpha: too few
+    requests that drafted on both sides, a baseline without drafts, or only engine-wide
+    counters (vLLM), which give one AL per side and no pairs. A candidate that made no
+    drafts where the baseline did is "not measured" (an error), never a pass."""
+    th = th or Thresholds()
+    metric, unit = "mean_acceptance_length", "tokens/step"
+    thr = f"-{th.acceptance_drop:.0%} and p < {th.alpha}"
     b, c = spec_summary(base), spec_summary(cand)
     if not c:
-        return None
+        if not _speculated(cand):
+            return None                          # the workload does not speculate
+        if not b:                                # neither side drafted: nothing to compare
+            return Check(wl, metric, unit, None, None, None, None, None, thr, "-", "info",
+                         "not measured: no drafts on either side (requests too short to "
+                         "draft?); reported, not judged")
+        return Check(wl, metric, unit, b["mean_acceptance_length"], None, None, None, None,
+                     thr, "AL = 1 + accepted / drafts (vLLM)", "error",
+                     f"not measured: the candidate speculated but verified no drafts, the "
+                     f"baseline {int(b['num_drafts'])}")
     bal, cal = b.get("mean_acceptance_length"), c["mean_acceptance_length"]
+    pooled = None if bal is None else cal / bal - 1
     pos = ", ".join(f"{c[k]:.2f}" for k in sorted(c) if k.startswith("acceptance_rate_pos_"))
-    return Check(wl, "mean_acceptance_length", "tokens/step", bal, cal,
-                 None if bal is None else cal - bal, None, None, "-",
-                 "AL = 1 + accepted / drafts (vLLM)", "info",
-                 f"acceptance rate {c['acceptance_rate']:.3f}; per position {pos}")
+    figures = f"acceptance rate {c['acceptance_rate']:.3f}; per position {pos}"
+
+    def info(why: str) -> Check:
+        return Check(wl, metric, unit, bal, cal, pooled, None, None, thr,
+                     "AL = 1 + accepted / drafts (vLLM)", "info",
+                     f"{why}; reported, not judged; {figures}")
+    if bal is None:
+        return info("the baseline made no drafts" if _speculated(base)
+                    else "the baseline does not speculate")
+    pb, pc = per_request_al(base), per_request_al(cand)
+    if not pb or not pc:
+        return info("no per-request draft counts on the "
+                    + ("baseline" if not pb else "candidate")
+                    + " (engine-wide counters only): no pairs to test")
+    pairs = sorted(set(pb) & set(pc))
+    n_min = stats.min_pairs_signed_rank(th.alpha)
+    if len(pairs) < n_min:
+        return info(f"{len(pairs)} requests drafted on both sides: a one-sided signed-rank "
+                    f"test needs >= {n_min} to reach p < {th.alpha}")
+    logr = np.log([pc[i] / pb[i] for i in pairs])
+    level = 1 - 2 * th.alpha                      # two-sided interval, one-sided decision
+    hl = stats.hodges_lehmann_ci_signed_rank(logr, level=level)
+    wx = stats.wilcoxon_signed_rank(logr, alternative="less")
+    rel, lo, hi = (math.expm1(x) for x in (hl.estimate, hl.lo, hl.hi))
+    regressed = wx.p_value < th.alpha and rel < -th.acceptance_drop
+    return Check(wl, metric, unit, bal, cal, rel, [lo, hi], wx.p_value, thr,
+                 f"per-request AL ratio over {len(pairs)} paired requests: {hl.method} "
+                 f"({level:.0%}); p: {wx.method} (one-sided, candidate lower)",
+                 "regression" if regressed else "pass",
+                 f"pooled AL {bal:.3f} -> {cal:.3f} ({pooled:+.1%}); requests with a lower "
+                 f"/ higher candidate AL: {int((logr < 0).sum())} / {int((logr > 0).sum())} "
+                 f"of {len(pairs)}; {figures}")
+
+
+def chunk_coverage_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
+    """Chunked-prefill coverage, where the workload asks for it (gsm8k `min_prefill_chunks`):
+    how many prompts each side prefilled in >= 3 chunks and how many middle chunks it ran
+    (chunks that neither start nor finish their prompt, and sample nothing: where vLLM PR
+    36580's slot-mapping bug lived), counted from what each engine scheduled. It gates
+    nothing itself (token agreement on the same prompts catches a corrupted KV cache); it
+    says whether that agreement covered middle chunks. A side that ran none is "not
+    measured", reported with the reason, never a pass."""
+    want = (cand.resolved.get("chunked_prefill") or base.resolved.get("chunked_prefill")
+            or {}).get("min_chunks")
+    if not want:
+        return None
+    metric, unit = "chunked_prefill_coverage", "prompts"
+    thr = f">= 1 prompt in >= {want} prefill chunks on each side"
+    method = ("prefill chunks each engine's scheduler handed its runner, placed in their "
+              "prompt by the tokens computed before the step; timed waves")
+    got = {name: (s.counters.get(prefill_chunks.PROMPTS_3PLUS),
+                  s.counters.get(prefill_chunks.MIDDLE))
+           for name, s in (("baseline", base), ("candidate", cand))}
+    b, c = got["baseline"][0], got["candidate"][0]
+
+    def n(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0f}"
+    counts = (f"prompts in >= {want} chunks {n(b)} / {n(c)}, middle chunks "
+              f"{n(got['baseline'][1])} / {n(got['candidate'][1])} (baseline / candidate)")
+    silent = [n for n, (p, _) in got.items() if p is None]
+    if silent:
+        return Check(wl, metric, unit, b, c, None, None, None, thr, method, "info",
+                     f"not measured: the {' and '.join(silent)} reported no prefill-chunk "
+                     "counts (a target that does not count them, or a run read back from "
+                     "disk); reported, not judged")
+    short = [n for n, (p, _) in got.items() if not p]
+    if short:
+        return Check(wl, metric, unit, b, c, None, None, None, thr, method, "info",
+                     f"not measured: no prompt ran in >= {want} prefill chunks on the "
+                     f"{' and '.join(short)} (max_num_batched_tokens too large for the "
+                     f"prompts?), so token agreement here says nothing about middle chunks; "
+                     f"{counts}")
+    return Check(wl, metric, unit, b, c, c - b, None, None, thr, method, "pass", counts)
 
 
 def cross_engine(base: SideResult, cand: SideResult) -> bool:
@@ -481,18 +665,28 @@ def _not_gated(c: Check, why: str) -> Check:
 def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
             reference: dict | None = None) -> list[Check]:
     """Every check of one workload. Across engines (bundled vs vLLM) the two sides are not
-    one code base at two versions, so latency and baseline-relative sync counts are reported,
-    not gated; token parity replaces request agreement, and accuracy stays a paired test."""
+    one code base at two versions, so latency, acceptance length and baseline-relative sync
+    counts are reported, not gated; token parity replaces request agreement, and accuracy
+    stays a paired test."""
     cross = cross_engine(base, cand)
     checks = [latency_check(wl, m, base, cand, th) for m in th.latency_metrics]
     if cross:
         checks = [_not_gated(c, "cross-engine latency: reported, not gated") for c in checks]
-    checks += [accuracy_check(wl, base, cand, th),
-               parity_check(wl, base, cand, th) if cross else agreement_check(wl, base, cand, th),
+    agree = parity_check(wl, base, cand, th) if cross else agreement_check(wl, base, cand, th)
+    samplers = base.resolved.get("sampler"), cand.resolved.get("sampler")
+    if agree is not None and is_sampled(cand) and samplers[0] != samplers[1]:
+        agree = _not_gated(agree, "the runners' samplers differ, so equal seeded streams are "
+                                  "not promised (sampled_distribution judges)")
+    checks += [accuracy_check(wl, base, cand, th), agree, sampled_check(wl, base, cand, th),
+               chunk_coverage_check(wl, base, cand),
                sync_check(wl, base, cand, th, relative=not cross),
                sync_warnings_check(wl, base, cand, th),
                count_info(wl, "ops_per_step", "ops", base, cand),
                count_info(wl, "allocs_per_step", "allocs", base, cand),
                audit_check(wl, cand, th), reference_check(wl, cand, reference, th),
-               dispatch_check(wl, base, cand), spec_check(wl, base, cand)]
+               dispatch_check(wl, base, cand)]
+    spec = spec_check(wl, base, cand, th)
+    if spec is not None and cross:
+        spec = _not_gated(spec, "cross-engine acceptance: reported, not gated")
+    checks.append(spec)
     return [c for c in checks if c is not None]

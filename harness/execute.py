@@ -70,13 +70,17 @@ def _collect_dispatch(session: Session, res: SideResult, since: int) -> None:
     res.dispatch = dispatch_rows([e for e in log[:since] if e[0] != "serve"] + log[since:])
 
 
-def _submit(session: Session, prompts: list, batch: Batch, closed: bool = False
-            ) -> list[Completion]:
+def _submit(session: Session, prompts: list, batch: Batch, closed: bool = False,
+            first: int = 0) -> list[Completion]:
+    """Run `prompts` (batch.prompts[first:first + len(prompts)]) on `session`."""
     if prompts and isinstance(prompts[0], TimedPrompt):
         t_first = min(p.arrival_s for p in prompts)
         return session.serve([replace(p, arrival_s=0.0 if closed else p.arrival_s - t_first)
                               for p in prompts])
-    return session.generate(prompts, batch.max_tokens, batch.stop)
+    if batch.sampling is None:
+        return session.generate(prompts, batch.max_tokens, batch.stop)
+    return session.generate(prompts, batch.max_tokens, batch.stop,
+                            batch.sampling.window(first, first + len(prompts)))
 
 
 def _timed_wave(session: Session, res: SideResult, prompts: list, first_index: int,
@@ -84,7 +88,7 @@ def _timed_wave(session: Session, res: SideResult, prompts: list, first_index: i
     gc.collect()              # the other side's garbage is not collected on this side's clock
     session.reset_steps()
     t0 = time.perf_counter()
-    comps = _submit(session, prompts, batch)
+    comps = _submit(session, prompts, batch, first=first_index)
     res.wall_s += time.perf_counter() - t0
     for j, c in enumerate(comps):
         i = first_index + j

@@ -34,6 +34,7 @@ __all__ = [
     "diff_percentile_ci_bootstrap",
     "ratio_percentile_ci_bootstrap",
     "mann_whitney_u",
+    "sign_flip_test_paired",
     "mcnemar_exact",
     "proportion_ci_wilson",
     "paired_diff_proportion_ci",
@@ -380,6 +381,18 @@ def wilcoxon_signed_rank(diffs: ArrayLike, alternative: str = "greater") -> Test
     return TestResult(float(r.statistic), float(r.pvalue), "Wilcoxon signed-rank")
 
 
+def min_pairs_signed_rank(alpha: float) -> int:
+    """Fewest paired differences for which a one-sided exact Wilcoxon signed-rank test can
+    give p < alpha at all. With n pairs the smallest p is 2^-n (every difference on the
+    tested side), so n must exceed log2(1/alpha): 5 at alpha 0.05. A check with fewer pairs
+    cannot find anything, whatever the data, so it has to report rather than pass."""
+    a = _check_level(alpha)
+    n = 1
+    while 0.5 ** n >= a:
+        n += 1
+    return n
+
+
 def mann_whitney_u(base: ArrayLike, cand: ArrayLike, alternative: str = "two-sided") -> TestResult:
     """Mann-Whitney U rank test (scipy.stats.mannwhitneyu): did the whole distribution shift?
 
@@ -404,6 +417,31 @@ def mann_whitney_u(base: ArrayLike, cand: ArrayLike, alternative: str = "two-sid
     if math.isnan(p):  # e.g. every value tied: no evidence of any shift
         p = 1.0
     return TestResult(float(res.statistic), p, f"mann-whitney-u ({how}, {alternative})")
+
+
+def sign_flip_test_paired(diffs: ArrayLike, alternative: str = "two-sided",
+                          n_resamples: int = 100_000, seed: int = 0) -> TestResult:
+    """Sign-flip permutation test of paired differences (scipy.stats.permutation_test,
+    permutation_type="samples" on one sample): is their mean away from 0?
+
+    Valid whenever the two sides of each pair are exchangeable under H0 (e.g. one prompt
+    sampled on both runners from the same distribution), with no assumption on the shape:
+    the p-value is exact when 2^n <= n_resamples, otherwise Monte Carlo with a fixed seed.
+    Ties and zeros are fine (all-zero differences give p = 1). NaN when empty."""
+    d = _as_1d_float(diffs, "diffs")
+    if d.size == 0:
+        return TestResult(_NAN, _NAN, f"sign-flip permutation ({alternative})")
+    if not np.any(d):
+        return TestResult(0.0, 1.0, f"sign-flip permutation ({alternative})")
+    exact = 2 ** d.size <= n_resamples
+    kw = dict(permutation_type="samples", alternative=alternative, n_resamples=n_resamples)
+    try:
+        r = _st.permutation_test((d,), np.mean, rng=np.random.default_rng(seed), **kw)
+    except TypeError:       # scipy < 1.15 names the generator random_state
+        r = _st.permutation_test((d,), np.mean, random_state=np.random.default_rng(seed), **kw)
+    how = "exact" if exact else f"Monte Carlo, {n_resamples} resamples"
+    return TestResult(float(r.statistic), min(1.0, float(r.pvalue)),
+                      f"sign-flip permutation ({how}, {alternative})")
 
 
 # ---- accuracy (binary outcomes) ---------------------------------------------------------

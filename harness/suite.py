@@ -29,6 +29,11 @@ class Thresholds(BaseModel):
                                                            # wave; None: reported, not gated
     latency_metrics: list[str] = list(LATENCY_METRICS)
     accuracy_drop: float = Field(0.02, ge=0, le=1)         # strict-match accuracy, absolute
+    # spec decode: the candidate's mean acceptance length (AL) may fall by this fraction
+    # (relative; paired per request, significant at alpha). 5 %: a quarter of the AL cut of
+    # vLLM's strict acceptance (PR 40651, about -20 %). Greedy runners that agree on tokens
+    # verify the same drafts, so their ALs agree exactly (bundled V2 and V1 do)
+    acceptance_drop: float = Field(0.05, ge=0, le=1)
     agreement_min: float = Field(0.99, ge=0, le=1)         # share of requests with equal tokens
     parity_min: float = Field(0.99, ge=0, le=1)            # cross-engine: share of equal tokens
     syncs_increase: float = Field(0.0, ge=0)               # hot-path syncs/step over baseline

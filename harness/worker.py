@@ -233,8 +233,10 @@ class RemoteSession:
         return self.host.call(name, *args)
 
     # -- the Session interface -----------------------------------------------------------
-    def generate(self, prompts, max_tokens, stop):
-        return self._call("generate", prompts, max_tokens, stop)
+    def generate(self, prompts, max_tokens, stop, sampling=None):
+        if sampling is None:
+            return self._call("generate", prompts, max_tokens, stop)
+        return self._call("generate", prompts, max_tokens, stop, sampling)
 
     def serve(self, requests):
         return self._call("serve", requests)

@@ -39,6 +39,40 @@ FAULTS: dict[str, Fault] = {
     )
 }
 
+# Later MRv2 bugs outside the five classes of bug-classes.md, kept to prove the checks that
+# cover them (chunked prefill, sampling, acceptance). Each is a real pre-fix code path too,
+# selected with `--fault NAME`; none is in the default catch matrix (`FAULTS`), which stays
+# the five historic classes (and the CI's time budget).
+COVERAGE_FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault("strict-acceptance", 40651, "acceptance cut with no accuracy change",
+              "v2/rejection_sampler.py rejection_sample: the step's last draft is never "
+              "accepted; its position takes the target's own token (greedy: the argmax, "
+              "which the draft matched; random: a sample of p, not of the residual), so the "
+              "output is unchanged and fewer drafts count as accepted. A stand-in for MRv2's "
+              "strict acceptance before PR 40651 (AL about -20 % with the same accuracy), "
+              "which differs from standard acceptance only at temperature > 0; this cut "
+              "bites greedy rows too"),
+        Fault("shared-sampling-noise", 54282, "random noise shared where it must be independent",
+              "v2/sampler.py SamplingState.batch_params: every sampling row of a step draws "
+              "from one random state (the first row's generator) instead of its request's "
+              "own, so rows of one step get the same noise. The class of vLLM PR 54282 "
+              "(MRv2's draft and recovery Gumbel noise drawn from one Philox offset), not the "
+              "PR's line: the bundled runner has no probabilistic draft path"),
+        Fault("chunk-slot-mapping", 36580, "wrong KV slots for a middle prefill chunk",
+              "v2/input_batch.py prepare_inputs: the slot mapping of a prefill chunk that "
+              "samples nothing takes each token's offset in the chunk as its position, as "
+              "if every such chunk began its prompt; right for a first chunk, so a prompt "
+              "of 1 or 2 chunks is unaffected, but a middle chunk (>= 3 chunks) writes its "
+              "KV over the first chunk's slots and leaves its own empty. The class of "
+              "MRv2's _compute_slot_mappings_kernel bug fixed by PR 36580 (chunked "
+              "prefill only), not the kernel's line"),
+    )
+}
+
+KNOWN_FAULTS: dict[str, Fault] = {**FAULTS, **COVERAGE_FAULTS}
+
 
 # Not a historic bug but a ruler for latency detection: `slow-step:PCT` adds a busy cost of
 # PCT % of the step's own forward time inside the forward phase (v2/model_runner.py
@@ -74,15 +108,15 @@ class FaultSet:
                 raise RunnerError(str(e)) from None
             if pct is not None:
                 self.slow_step_pct = pct
-        unknown = [n for n in names if n not in FAULTS and slow_step_pct(n) is None]
+        unknown = [n for n in names if n not in KNOWN_FAULTS and slow_step_pct(n) is None]
         if unknown:
             raise RunnerError(
-                f"unknown fault {unknown[0]!r}; known faults: {', '.join(sorted(FAULTS))}, "
-                f"{SLOW_STEP}:PCT")
-        self.names = frozenset(n for n in names if n in FAULTS)
+                f"unknown fault {unknown[0]!r}; known faults: "
+                f"{', '.join(sorted(KNOWN_FAULTS))}, {SLOW_STEP}:PCT")
+        self.names = frozenset(n for n in names if n in KNOWN_FAULTS)
 
     def active(self, name: str) -> bool:
-        assert name in FAULTS, name  # a typo at a call site must not silently disable a switch
+        assert name in KNOWN_FAULTS, name  # a typo at a call site must not silently disable a switch
         return name in self.names
 
     def any(self) -> bool:

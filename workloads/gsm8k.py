@@ -44,6 +44,10 @@ class Params(BaseModel):
     profile_limit: int = Field(8, ge=0)    # prompts in the profiled pass (0 = no profiling)
     state_audit: bool = True               # bundled V2: poison freed slots, audit the mirror
     scorer: Literal["mrbench", "lm-eval"] = "mrbench"  # who scores: ours, or lm-eval's own code
+    # Chunked-prefill coverage: 3 = this entry is there to run prompts in >= 3 prefill
+    # chunks (so middle chunks, which neither start nor finish a prompt); the
+    # chunked_prefill_coverage check says "not measured" for a side that ran none
+    min_prefill_chunks: Literal[3] | None = None
 
 
 @dataclass
@@ -127,6 +131,8 @@ class GSM8K(WorkloadBase):
         results, comps, failed = driver.interleaved(sessions, batch)
         for side, res in results.items():
             self._score(res, comps[side], items, run_idx, p.scorer)
+            if p.min_prefill_chunks:      # what compare's chunked_prefill_coverage reads
+                res.resolved["chunked_prefill"] = dict(min_chunks=p.min_prefill_chunks)
         return results, failed
 
     @staticmethod

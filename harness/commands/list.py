@@ -5,7 +5,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from mrbench.runner_impl import FAULTS
+from mrbench.runner_impl import COVERAGE_FAULTS, FAULTS
 from mrbench.workloads import workloads
 
 from ..errors import EXIT_PASS
@@ -19,7 +19,8 @@ def main(a: argparse.Namespace) -> int:
         workloads={n: w.description for n, w in workloads().items()},
         suites={n: load_suite(n).description for n in shipped_suites()},
         targets={n: f().info() for n, f in TARGETS.items()},
-        faults={n: asdict(f) for n, f in FAULTS.items()})
+        faults={n: asdict(f) for n, f in FAULTS.items()},
+        coverage_faults={n: asdict(f) for n, f in COVERAGE_FAULTS.items()})
     if a.json:
         print(json.dumps(info, indent=2, default=str))
         return EXIT_PASS
@@ -34,6 +35,9 @@ def main(a: argparse.Namespace) -> int:
               + (f"; {d['notes']}" if d.get("notes") else ""))
     print("bundled faults (apply to the candidate with --fault NAME):")
     for n, f in info["faults"].items():
+        print(f"  {n:<24} vLLM PR {f['vllm_pr']}: {f['bug_class']}")
+    print("bundled coverage faults (later MRv2 bugs; not in the default matrix):")
+    for n, f in info["coverage_faults"].items():
         print(f"  {n:<24} vLLM PR {f['vllm_pr']}: {f['bug_class']}")
     print("vllm faults (--target vllm --candidate v2 --fault NAME; the vLLM release named):")
     for n, vf in VLLM_FAULTS.items():

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from mrbench.contract import BadInput
-from mrbench.runner_impl import FAULTS, RunnerError
+from mrbench.runner_impl import KNOWN_FAULTS, RunnerError
 from mrbench.workloads import HELD_OUT_SEEDS, STOP, gsm8k_prompts
 
 from .. import steptrace
@@ -34,9 +34,9 @@ def record(a: argparse.Namespace) -> int:
 
 
 def replay(a: argparse.Namespace) -> int:
-    bad = [f for f in a.fault if f not in FAULTS]
+    bad = [f for f in a.fault if f not in KNOWN_FAULTS]
     if bad:
-        raise BadInput(f"unknown fault {bad[0]!r}; known: {', '.join(sorted(FAULTS))}")
+        raise BadInput(f"unknown fault {bad[0]!r}; known: {', '.join(sorted(KNOWN_FAULTS))}")
     _check_runner(a.runner)
     try:
         res = steptrace.replay(a.trace, a.runner, tuple(a.fault), a.model)

@@ -8,17 +8,36 @@ from typing import Any
 
 import torch
 
-from mrbench.contract import AuditSample, BadInput, Completion, EngineOptions, Step, TimedPrompt
-from mrbench.runner_impl import FAULTS, LLM, RunnerError, SamplingParams
+from mrbench.contract import (
+    AuditSample,
+    BadInput,
+    Completion,
+    EngineOptions,
+    Sampling,
+    Step,
+    TimedPrompt,
+)
+from mrbench.runner_impl import (
+    COVERAGE_FAULTS,
+    FAULTS,
+    KNOWN_FAULTS,
+    LLM,
+    RunnerError,
+    SamplingParams,
+)
 from mrbench.runner_impl.default_model import default_model_dir
 from mrbench.runner_impl.faults import slow_step_pct
 from mrbench.runner_impl.model.loader import load_config, load_tokenizer
 
 from .. import phases
+from ..collectors.prefill_chunks import PrefillChunks
 from . import open_loop
 from .base import SideSpec, register
 
 RUNNERS = ("v2", "v1")
+# Both runners draw sampled tokens with the same code (runner_impl/sampler.py), so the same
+# seed promises the same stream on either.
+SAMPLER = "runner_impl.sampler (exponential race, one torch.Generator per request seed)"
 
 
 def _version() -> str:
@@ -74,6 +93,8 @@ class BundledSession:
         self._admitted = self._reused = 0
         self._slots_seen: set[tuple[str, int]] = set()
         self.llm.add_step_callback(self._count_admissions)
+        self._chunks = PrefillChunks()
+        self.llm.add_step_callback(self._count_chunks)
         if options.state_audit and side.runner == "v2":
             self.llm.add_step_callback(self._audit)
 
@@ -92,6 +113,19 @@ class BundledSession:
                 continue
             self._reused += (core.name, slot) in self._slots_seen
             self._slots_seen.add((core.name, slot))
+
+    def _count_chunks(self, core, sched, out) -> None:
+        """Each prefill chunk the scheduler handed the runner this step, placed in its
+        prompt (first, middle, last) by the tokens computed before the step."""
+        n = sched.num_scheduled_tokens
+        for r in sched.scheduled_new_reqs:
+            self._chunks.chunk(core.name, r.req_id, r.num_computed_tokens, n[r.req_id],
+                               len(r.prompt_token_ids))
+        cached = sched.scheduled_cached_reqs
+        for rid, start in zip(cached.req_ids, cached.num_computed_tokens):
+            req = core.scheduler.requests.get(rid)
+            if req is not None:
+                self._chunks.chunk(core.name, rid, start, n[rid], req.prompt_len)
 
     def _step_counts(self) -> dict[str, int]:
         return {c.name: len(c.step_records) for c in self.llm.cores}
@@ -126,9 +160,16 @@ class BundledSession:
                           # the bundled pair's prefill instance samples the first token
                           prefill_done_time=m.token_times[0] if pd else None)
 
-    def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
-        sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))
-        return [self._completion(o) for o in self.llm.generate(prompts, sp)]
+    def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
+                 sampling: Sampling | None = None) -> list[Completion]:
+        if sampling is None:
+            sps: SamplingParams | list[SamplingParams] = SamplingParams(
+                temperature=0.0, max_tokens=max_tokens, stop=list(stop))
+        else:
+            sps = [SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
+                                  top_k=sampling.top_k, seed=seed, max_tokens=max_tokens,
+                                  stop=list(stop)) for seed in sampling.seeds]
+        return [self._completion(o) for o in self.llm.generate(prompts, sps)]
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
         llm = self.llm
@@ -150,7 +191,7 @@ class BundledSession:
                 for core in self.llm.cores for phase, key in core.runner.dispatch_log]
 
     def counters(self) -> dict[str, float]:
-        out = dict(admissions=self._admitted)
+        out = dict(admissions=self._admitted, **self._chunks.counters())
         if self.llm.config.runner == "v2":
             out["slot_reuses"] = self._reused
         return out
@@ -171,6 +212,7 @@ class BundledSession:
         self._step0 = self._step_counts()
         self._audits = []
         self._admitted = self._reused = 0
+        self._chunks.reset()
 
     def audits(self) -> list[AuditSample]:
         return list(self._audits)
@@ -193,7 +235,7 @@ class BundledSession:
                     engine_name=f"runner_impl (mrbench {_version()})",
                     runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
                     attention_backend=self._attention_backend(), cudagraph_mode=graphs,
-                    phase_probe=self.probe.as_dict(),
+                    phase_probe=self.probe.as_dict(), sampler=SAMPLER,
                     device=str(cfg.torch_device),
                     dtype=str(cfg.torch_dtype).removeprefix("torch."),
                     model=str(self.llm.model_dir), faults=list(self.side.faults),
@@ -221,8 +263,8 @@ class BundledTarget:
                     continue
             except ValueError as e:
                 raise BadInput(str(e)) from None
-            if f not in FAULTS:
-                raise BadInput(f"unknown fault {f!r}; known: {', '.join(sorted(FAULTS))}, "
+            if f not in KNOWN_FAULTS:
+                raise BadInput(f"unknown fault {f!r}; known: {', '.join(sorted(KNOWN_FAULTS))}, "
                                "slow-step:PCT")
         if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
             raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
@@ -247,7 +289,8 @@ class BundledTarget:
         return load_config(side.model or default_model_dir()).max_position_embeddings
 
     def info(self) -> dict[str, Any]:
-        return dict(runners=list(RUNNERS), faults=sorted(FAULTS))
+        return dict(runners=list(RUNNERS), faults=sorted(FAULTS),
+                    coverage_faults=sorted(COVERAGE_FAULTS))
 
     def unsupported(self, side: SideSpec, options: EngineOptions,
                     needs: frozenset[str] = frozenset()) -> str | None:

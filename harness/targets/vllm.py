@@ -54,7 +54,15 @@ from typing import Any
 
 import torch
 
-from mrbench.contract import AuditSample, BadInput, Completion, EngineOptions, Step, TimedPrompt
+from mrbench.contract import (
+    AuditSample,
+    BadInput,
+    Completion,
+    EngineOptions,
+    Sampling,
+    Step,
+    TimedPrompt,
+)
 from mrbench.runner_impl.default_model import (
     DEFAULT_EAGLE_DIR,
     DEFAULT_MODEL_DIR,
@@ -67,6 +75,10 @@ from .base import SideSpec, Unsupported, register
 from .vllm_engine import StepWatchdog, VllmEngine
 
 RUNNERS = ("v2", "v1")
+# What draws a sampled token on each runner. They differ, so vLLM promises no equal streams
+# across V1 and V2 for one seed: a sampled workload compares their distributions instead.
+SAMPLERS = {"v1": "vllm.v1.sample.sampler (a torch.Generator per seeded request)",
+            "v2": "vllm.v1.worker.gpu.sample (Gumbel-max, Philox keyed by seed and position)"}
 # Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
 # _get_v2_model_runner_unsupported_features); mrbench's "ngram" and "draft" are not among them.
 V2_SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
@@ -466,13 +478,20 @@ class VllmSession:
             self._step()
         return ids
 
-    def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
+    def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
+                 sampling: Sampling | None = None) -> list[Completion]:
         from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
-        sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))
+        if sampling is None:
+            sps = [SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))
+                   ] * len(prompts)
+        else:
+            sps = [SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
+                                  top_k=sampling.top_k, seed=seed, max_tokens=max_tokens,
+                                  stop=list(stop)) for seed in sampling.seeds]
 
         def add_all():
             now = time.perf_counter()
-            return [self._add(p, sp, now) for p in prompts]
+            return [self._add(p, sp, now) for p, sp in zip(prompts, sps)]
         return [self._completion(r) for r in self._run(add_all)]
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
@@ -500,6 +519,9 @@ class VllmSession:
         now = self._spec_totals()
         out = {k: v - self._counters0.get(k, 0.0) for k, v in now.items()}
         out.update({k: float(v) for k, v in self._pd_totals.items()})
+        for e in self.engines.values():             # prefill chunks (vllm_engine counts)
+            for k, v in e.chunks.counters().items():
+                out[k] = out.get(k, 0.0) + v
         if self.sync_check:
             out.update(sync_check_warnings=float(self._sync_warnings),
                        sync_check_steps=float(self._sync_steps),
@@ -518,6 +540,8 @@ class VllmSession:
         self._pd_totals = Counter()
         self._sync_warnings = self._sync_steps = 0
         self._audits = []
+        for e in self.engines.values():
+            e.chunks.reset()
 
     def audits(self) -> list[AuditSample]:
         return list(self._audits)
@@ -531,6 +555,7 @@ class VllmSession:
         out = dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
                    else "v1", runner_class=back.runner_class(),
                    sync_free=self.side.runner == "v2",
+                   sampler=SAMPLERS["v2" if cfg.use_v2_model_runner else "v1"],
                    engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
                    vllm_version=getattr(vllm, "__version__", installed_version()),
                    attention_backend=", ".join(back.attention_backends()) or "unknown",

@@ -19,6 +19,8 @@ from typing import Any
 
 from mrbench.contract import AuditSample
 
+from ..collectors.prefill_chunks import PrefillChunks
+
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "spec_num_drafts",
                 "vllm:spec_decode_num_draft_tokens": "spec_num_draft_tokens",
                 "vllm:spec_decode_num_accepted_tokens": "spec_num_accepted_tokens"}
@@ -33,6 +35,7 @@ class VllmEngine:
         self.startup_s = time.perf_counter() - t0
         self.engine = self.llm.llm_engine
         self.last_sched: Any = None         # the SchedulerOutput of the step just run
+        self.chunks = PrefillChunks()       # prefill chunks by place in their prompt
         self._hook_scheduler()
 
     # -- internals we read (in-process engine core) ------------------------------------
@@ -78,15 +81,30 @@ class VllmEngine:
 
     def _hook_scheduler(self) -> None:
         """Keep each step's SchedulerOutput: request and token counts, and its dispatch
-        class (uniform decode vs prefill/mixed) for the step table."""
+        class (uniform decode vs prefill/mixed) for the step table; count its prefill
+        chunks."""
         sched = self.core().scheduler
         orig = sched.schedule
 
         def schedule(*a, **kw):
             out = orig(*a, **kw)
             self.last_sched = out
+            self._count_chunks(sched, out)
             return out
         sched.schedule = schedule
+
+    def _count_chunks(self, scheduler: Any, out: Any) -> None:
+        """Each scheduled row placed in its prompt: the SchedulerOutput carries the tokens
+        computed before the step (new and cached requests alike), the scheduler's request
+        its prompt length (read now: a request that finishes in this step leaves it)."""
+        n = out.num_scheduled_tokens
+        starts = [(r.req_id, r.num_computed_tokens) for r in out.scheduled_new_reqs]
+        cached = out.scheduled_cached_reqs
+        starts += zip(cached.req_ids, cached.num_computed_tokens)
+        for rid, start in starts:
+            req = scheduler.requests.get(rid)
+            if req is not None and rid in n:
+                self.chunks.chunk(self.instance, rid, start, n[rid], req.num_prompt_tokens)
 
     def spec_totals(self) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -11,11 +11,20 @@ and the harness can change how it drives engines without touching workloads.
 from .errors import BadInput
 from .paths import DATA_DIR_ENV, data_dir
 from .results import Batch, SideFailure, SideResult
-from .session import AuditSample, Completion, EngineOptions, Session, Step, TimedPrompt
+from .session import (
+    AuditSample,
+    Completion,
+    EngineOptions,
+    Sampling,
+    Session,
+    Step,
+    TimedPrompt,
+)
 from .workload import Driver, Outcome, Workload, WorkloadBase
 
 __all__ = [
     "BadInput", "DATA_DIR_ENV", "data_dir", "Batch", "SideFailure", "SideResult",
-    "AuditSample", "Completion", "EngineOptions", "Session", "Step", "TimedPrompt",
+    "AuditSample", "Completion", "EngineOptions", "Sampling", "Session", "Step",
+    "TimedPrompt",
     "Driver", "Outcome", "Workload", "WorkloadBase",
 ]

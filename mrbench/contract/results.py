@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .session import TimedPrompt
+from .session import Sampling, TimedPrompt
 
 
 @dataclass
@@ -42,3 +42,4 @@ class Batch:
     stop: list[str]
     wave_size: int                  # prompts per wave (a wave arrives at once)
     profile_limit: int              # prompts repeated under the profiler (0 = none)
+    sampling: Sampling | None = None  # text prompts only; None = greedy

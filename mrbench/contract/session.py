@@ -5,7 +5,7 @@ sessions only through this interface, so one workload runs unchanged on every ta
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 
@@ -43,6 +43,23 @@ class Completion:
     accepted_per_pos: list[int] | None = None   # [i]: verification steps accepting draft i
     prefill_done_time: float | None = None      # PD: the prefill instance finished (its
                                                 # part of TTFT = this - arrival_time)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Random sampling for a batch of prompts (vLLM's SamplingParams fields); None = greedy.
+
+    One seed per prompt, so every request's stream is reproducible and two runners that
+    share a sampler must produce the same tokens for the same seed."""
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0                       # 0 = off
+    seeds: tuple[int, ...] = ()          # [i]: prompt i's seed
+
+    def window(self, lo: int, hi: int) -> "Sampling":
+        """The same sampling for prompts [lo, hi) of the batch."""
+        return replace(self, seeds=self.seeds[lo:hi])
 
 
 @dataclass(frozen=True)
@@ -84,8 +101,9 @@ class Session(Protocol):
     auditing: bool                       # state audits on (only outside timed passes)
     phase_labels: dict[str, str]         # phase name -> profiler range name
 
-    def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
-        """Greedy completions, in prompt order."""
+    def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
+                 sampling: Sampling | None = None) -> list[Completion]:
+        """Completions in prompt order: greedy, or sampled with one seed per prompt."""
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
         """Open loop: each request is added at its arrival time whether or not the engine
@@ -110,6 +128,8 @@ class Session(Protocol):
         """State-audit samples since the last reset (empty if unsupported)."""
 
     def resolved(self) -> dict[str, Any]:
-        """What actually ran (runner, device, dtype, model path, engine config) for the manifest."""
+        """What actually ran (runner, device, dtype, model path, engine config) for the manifest.
+        `sampler` names the code that draws sampled tokens: two sides with the same sampler
+        promise the same stream for the same seed."""
 
     def close(self) -> None: ...

@@ -78,6 +78,9 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
         dev = device_inputs(state, block_tables, state.staging.upload(host), R, T, W)
     idx, qsl_d, row_d, off_d, nsched_d, ndraft_d, samples_d, logits_d, \
         positions, seq_lens, input_ids, block_table, slot_mapping = dev
+    if faults.active("chunk-slot-mapping"):
+        slot_mapping = _pre_36580_slot_mapping(state, block_tables, idx_np, samples_token,
+                                               dev, slot_mapping)
 
     # Host upper bound of seq_lens: mirror + scheduled tokens.
     seq_lens_ub = state.num_computed_tokens_np[idx_np] + num_sched
@@ -101,6 +104,22 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
         samples_token=samples_token, samples_token_gpu=samples_d,
         input_ids=input_ids, meta=meta, logits_indices=logits_d,
         dispatch_key=key, graphed=graphed)
+
+
+def _pre_36580_slot_mapping(state: RequestState, block_tables: BlockTables,
+                            idx_np: np.ndarray, samples_token: np.ndarray,
+                            dev: tuple[torch.Tensor, ...], clean: torch.Tensor) -> torch.Tensor:
+    """The `chunk-slot-mapping` fault (the class of the bug vLLM PR 36580 fixed in MRv2's
+    `_compute_slot_mappings_kernel`): a prefill chunk that samples nothing is mapped as if
+    it began its prompt, each token at its offset in the chunk. That is exact for a first
+    chunk, so only a middle chunk (it starts mid-prompt and does not finish it) gets wrong
+    slots: its KV overwrites the first chunk's and its own positions stay empty. Steps
+    without a middle chunk keep the clean mapping (and the clean op count)."""
+    middle = ~samples_token & (state.num_computed_prefill_tokens[idx_np] > 0)
+    if not middle.any():
+        return clean
+    idx, row_d, off_d, samples_d, positions = dev[0], dev[2], dev[3], dev[6], dev[8]
+    return block_tables.slot_mapping(idx, row_d, torch.where(samples_d[row_d], positions, off_d))
 
 
 def device_inputs(state: RequestState, block_tables: BlockTables, dev: torch.Tensor,

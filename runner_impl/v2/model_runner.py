@@ -61,7 +61,7 @@ class ModelRunnerV2:
         poison = model.config.vocab_size - 1 if cfg.debug_poison_freed_slots else None
         self.state = RequestState(n, max_model_len, self.k, dev, self.faults, self.staging, poison)
         self.block_tables = BlockTables(n, max_blocks_per_req, cfg.block_size, dev, self.staging)
-        self.sampling = SamplingState(n, dev, self.staging)
+        self.sampling = SamplingState(n, dev, self.staging, self.faults)
         self.proposer: NgramProposer | DraftModelProposer | None = None
         if self.k and cfg.speculative_method == "ngram":
             self.proposer = NgramProposer(self.k, cfg.ngram_min, cfg.ngram_max)
@@ -194,7 +194,7 @@ class ModelRunnerV2:
                   if isinstance(self.proposer, DraftModelProposer)
                   and params.any_random else None)
         sampled = rejection_sample(logits, drafts, batch.num_drafts_gpu,
-                                   batch.num_drafts.tolist(), params, dprobs)
+                                   batch.num_drafts.tolist(), params, dprobs, self.faults)
         return sampled, count_sampled(sampled, self.faults) * batch.samples_token_gpu
 
     def _postprocess(self, batch: InputBatch, params, sampled: torch.Tensor,

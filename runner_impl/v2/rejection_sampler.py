@@ -4,6 +4,9 @@ Returns `[R, 1 + D]` token ids with -1 at rejected positions; accepted drafts ar
 contiguous from position 0 and are followed by one recovered or bonus token.
 Greedy rows use strict matching against the target argmax; random rows accept draft x
 with probability min(1, p(x)/q(x)) and on rejection sample from max(p - q, 0).
+The `strict-acceptance` fault (faults.py) never accepts a step's last draft: that position
+takes the target's own token instead (the argmax; a sample of p), so the output keeps its
+law and only the accepted count falls. A host-side switch: the clean path runs no extra op.
 """
 from __future__ import annotations
 
@@ -15,15 +18,20 @@ from ..sampler import BatchParams, row_noise, target_probs
 
 def rejection_sample(logits: torch.Tensor, drafts: torch.Tensor, num_drafts: torch.Tensor,
                      num_drafts_host: list[int], params: BatchParams,
-                     draft_probs: torch.Tensor | None) -> torch.Tensor:
+                     draft_probs: torch.Tensor | None,
+                     faults: FaultSet | None = None) -> torch.Tensor:
     """logits [R, 1+D, V]; drafts [R, D]; num_drafts [R] (<= D); draft_probs [R, D, V] or
     None (n-gram drafts: q is one-hot)."""
+    cut = faults is not None and faults.active("strict-acceptance")
     R, W, V = logits.shape
     D = W - 1
     cols = torch.arange(W, device=logits.device)
     valid = cols[None, :D] < num_drafts[:, None]
     target_argmax = logits.argmax(-1)
     num_acc = ((drafts == target_argmax[:, :D]) & valid).int().cumprod(1).sum(1)
+    if cut:           # the last draft is never accepted; its position takes the argmax
+        last = (num_drafts - 1).clamp(min=0)
+        num_acc = torch.minimum(num_acc, last)
     final = target_argmax.gather(1, num_acc[:, None])[:, 0]
 
     if params.any_random:
@@ -35,8 +43,13 @@ def rejection_sample(logits: torch.Tensor, drafts: torch.Tensor, num_drafts: tor
             else torch.ones_like(px)
         u, e = row_noise(params.generators, num_drafts_host, V, logits.device)
         r_acc = ((u[:, :D] * qx <= px) & valid).int().cumprod(1).sum(1)
+        if cut:       # rows that reach their last draft sample p there, draft or not
+            reach = r_acc >= last
+            r_acc = torch.minimum(r_acc, last)
         p_at = p.gather(1, r_acc[:, None, None].expand(R, 1, V))[:, 0]
         rejected = (r_acc < num_drafts)[:, None]
+        if cut:
+            rejected = rejected & ~reach[:, None]
         at = r_acc.clamp(max=max(D - 1, 0))
         if D == 0:
             q_at = torch.zeros_like(p_at)

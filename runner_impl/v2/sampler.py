@@ -5,13 +5,16 @@ import numpy as np
 import torch
 
 from ..engine.outputs import NewRequestData
+from ..faults import FaultSet
 from ..sampler import BatchParams, make_generator
 from .staging import PinnedStaging
 
 
 class SamplingState:
-    def __init__(self, max_num_reqs: int, device: torch.device, staging: PinnedStaging) -> None:
+    def __init__(self, max_num_reqs: int, device: torch.device, staging: PinnedStaging,
+                 faults: FaultSet | None = None) -> None:
         self.device = device
+        self.faults = faults or FaultSet()
         self.staging = staging
         self._staged: list[tuple[int, float, int, float]] = []
         # Device, truth: per-slot parameters, gathered by idx_mapping each step.
@@ -50,5 +53,22 @@ class SamplingState:
             return BatchParams(None, None, None, [None] * len(idx_np), False, False)
         gens = [self.generators[s] if (r and keep) else None
                 for s, r, keep in zip(idx_np, rand, samples_token)]
+        if self.faults.active("shared-sampling-noise") and any(g is not None for g in gens):
+            gens = self._shared_noise(gens)
         return BatchParams(self.temperature[idx], self.top_k[idx], self.top_p[idx], gens,
                            any_random, bool(self.uses_top_k_top_p[idx_np].any()))
+
+    def _shared_noise(self, gens: list[torch.Generator | None]) -> list[torch.Generator | None]:
+        """The fault's pre-fix path: every sampling row of the step draws from one random
+        state (the first row's), so rows get the same noise where it must be independent."""
+        first = next(g for g in gens if g is not None)
+        state = first.get_state()
+        out: list[torch.Generator | None] = []
+        for g in gens:
+            if g is None or g is first:
+                out.append(g)
+                continue
+            twin = torch.Generator(device=self.device)
+            twin.set_state(state)
+            out.append(twin)
+        return out

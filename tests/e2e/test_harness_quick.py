@@ -94,8 +94,9 @@ def test_quick_clean_passes(runs):
         assert manifest["resolved"][wl]["candidate"]["runner"] == "v2"
         assert manifest["resolved"][wl]["baseline"]["runner"] == "v1"
     req = pd.read_csv(path / "requests.csv")
-    assert set(req["workload"]) == {"gsm8k", "gsm8k-pd", "trace-pd", "spec.k2-ngram-b4",
-                                    "warmup.k0", "warmup.k1-ngram"}
+    assert set(req["workload"]) == {"gsm8k", "gsm8k-pd", "gsm8k-chunked", "trace-pd",
+                                    "spec.k2-ngram-b4", "warmup.k0", "warmup.k1-ngram",
+                                    "sampled"}
     # PD: the prefill instance's part of TTFT and the KV hand-off, per request
     pdr = req[req.workload.isin(["gsm8k-pd", "trace-pd"])]
     assert pdr["prefill_ms"].notna().all() and (pdr["prefill_ms"] <= pdr["ttft_ms"] + 1e-6).all()
@@ -104,7 +105,7 @@ def test_quick_clean_passes(runs):
     assert {(u["workload"], u["side"]) for u in summary["unsupported"]} == {
         (wl, side) for wl in ("spec.k2-eagle-b4", "warmup.k1-eagle")
         for side in ("baseline", "candidate")}
-    gsm = req[req.workload.str.startswith("gsm8k")]
+    gsm = req[req.workload.isin(["gsm8k", "gsm8k-pd"])]      # gsm8k-chunked stops at 32 tokens
     assert gsm["correct_strict"].mean() >= 0.9          # the bundled model reads the problems
     metrics = {c["metric"] for c in summary["checks"]}
     assert {"p99_ttft_ms", "p99_itl_ms", "accuracy_strict", "token_agreement",
@@ -113,6 +114,23 @@ def test_quick_clean_passes(runs):
     prof = pd.read_csv(path / "profile.csv")
     assert (prof[prof.side == "candidate"]["syncs_hot"] == 0).all()
     assert (prof["ops"] > 0).all()
+
+
+def test_quick_runs_middle_prefill_chunks_on_both_sides_and_they_agree(runs):
+    """gsm8k-chunked: every prompt in >= 3 prefill chunks on V2 and V1 alike, middle chunks
+    counted from what each scheduler ran, and greedy tokens equal (the clean half of
+    tests/e2e/test_chunked_prefill_run.py, whose fault run is a token-agreement regression)."""
+    _, _, summary = runs["clean"]
+    checks = {c["metric"]: c for c in summary["checks"] if c["workload"] == "gsm8k-chunked"}
+    assert checks["token_agreement"]["verdict"] == "pass"
+    assert checks["token_agreement"]["candidate"] == 1.0
+    cov = checks["chunked_prefill_coverage"]
+    assert cov["verdict"] == "pass" and cov["baseline"] == cov["candidate"] == 8, cov
+    for side in ("baseline", "candidate"):
+        m = summary["metrics"]["gsm8k-chunked"][side]
+        assert m["prefill_prompts_3plus_chunks"] == 8 and m["prefill_middle_chunks"] >= 16, m
+        for wl in ("gsm8k", "gsm8k-pd"):          # a 2048-token budget never splits in three
+            assert summary["metrics"][wl][side]["prefill_middle_chunks"] == 0
 
 
 def test_a_uniform_50_percent_slowdown_fails_quick_on_the_median_gates(runs):

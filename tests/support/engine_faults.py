@@ -26,7 +26,7 @@ class _Faulty(BundledSession):
         self.mode = side.runner
         self.armed = options.max_num_seqs == BREAK_AT_MAX_NUM_SEQS
 
-    def generate(self, prompts, max_tokens, stop):
+    def generate(self, prompts, max_tokens, stop, sampling=None):
         if self.armed:
             if self.mode == "segv":
                 os.kill(os.getpid(), signal.SIGSEGV)
@@ -34,7 +34,7 @@ class _Faulty(BundledSession):
                 os._exit(7)
             else:
                 time.sleep(3600)
-        return super().generate(prompts, max_tokens, stop)
+        return super().generate(prompts, max_tokens, stop, sampling)
 
     def resolved(self):
         return dict(super().resolved(), target="faulty", runner=self.mode)

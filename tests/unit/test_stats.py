@@ -507,3 +507,36 @@ def test_wilcoxon_matches_scipy_and_handles_zeros():
     assert st.wilcoxon_signed_rank(d).p_value == pytest.approx(
         sps.wilcoxon(d, alternative="greater").pvalue)
     assert st.wilcoxon_signed_rank([0.0, 0.0]).p_value == 1.0
+
+
+
+# ---- sign-flip permutation test (sampled distributions) ---------------------------------
+
+
+def test_sign_flip_zero_differences_give_p_one():
+    assert st.sign_flip_test_paired([0.0] * 10).p_value == 1.0
+
+
+def test_sign_flip_exact_smallest_p():
+    # all 8 differences of one sign: two of the 2^8 sign patterns are as extreme
+    r = st.sign_flip_test_paired([1.0] * 8)
+    assert r.p_value == pytest.approx(2 / 256)
+    assert "exact" in r.method
+
+
+def test_sign_flip_false_alarm_rate_is_at_most_alpha():
+    """Under H0 each prompt's statistic has one distribution on both sides (its own, which
+    differs between prompts): the test rejects at most about alpha of the time."""
+    rng = np.random.default_rng(7)
+    trials, rejections = 400, 0
+    for _ in range(trials):
+        p = rng.uniform(0.2, 0.9, 10)              # prompt i's chance of a distinct stream
+        base, cand = rng.binomial(2, p) / 2, rng.binomial(2, p) / 2
+        rejections += st.sign_flip_test_paired(cand - base).p_value < 0.05
+    assert rejections / trials <= 0.08
+
+
+def test_sign_flip_sees_a_collapse():
+    rng = np.random.default_rng(3)
+    base = rng.binomial(2, np.full(10, 0.9)) / 2
+    assert st.sign_flip_test_paired(np.full(10, 0.5) - base).p_value < 0.05

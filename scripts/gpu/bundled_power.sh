@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The bundled target's latency gates on a GPU machine: how long the GPU suite and the nightly
+# take, and the power study that sets the GPU suite's bars (docs/detection-power.md).
+# Usage: scripts/gpu/bundled_power.sh OUT_DIR [STEPS]   (STEPS: comma list; default
+#   gate,power). Needs CUDA, torch and the project's dependencies (on the lent H100: the kit
+#   in ../shared/vllm-gpu, `source env.sh`). Writes OUT_DIR/<name>.stdout/.stderr,
+#   OUT_DIR/timings.txt and OUT_DIR/runs.tgz (every run directory, refreshed after each step,
+#   so a machine taken away keeps what finished; a campaign's unfinished runs are in its
+#   hidden .power-* directory).
+#   gate     `run gpu-quick --device cuda`: clean V2 against V1, timed (the cross-runner gap)
+#   power    `power gpu-quick --device cuda --baseline v2 --candidate v2`, clean A/A and the
+#            slow-step ruler at POWER_PCTS (default 5,7.6,20), POWER_N runs each (default 3)
+#   reference `run quick --device cuda --save-reference`: this build's op counts (clean V2
+#            against V1 on every quick entry), copied to OUT_DIR/op-counts/
+#   faults   `faults quick --device cuda`: the catch matrix against those references, timed
+#   nightly  `run nightly --device cuda`, timed; NIGHTLY_TIMEOUT seconds at most (default: no
+#            limit); a cut-off run keeps its progress lines (which workload, which side,
+#            elapsed) in nightly.stderr
+# Data: MRBENCH_DATA_DIR, default ./.gpudata (carry it: GSM8K and the Mooncake trace).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=$(realpath -m "${1:?usage: bundled_power.sh OUT_DIR [STEPS]}")
+steps=",${2:-gate,power},"
+py=${PYTHON:-python3}
+mkdir -p "$out/runs"
+export MRBENCH_DATA_DIR=$(realpath -m "${MRBENCH_DATA_DIR:-.gpudata}")
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  $py -c "import torch; print('torch', torch.__version__)"; nproc; git rev-parse HEAD 2>/dev/null
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+step() {                       # step NAME ARGS...: one mrbench command, timed
+  local name=$1; shift
+  local t0=$SECONDS limit=()
+  [[ $name == nightly && -n ${NIGHTLY_TIMEOUT:-} ]] && limit=(timeout -s INT "$NIGHTLY_TIMEOUT")
+  "${limit[@]}" $py -m mrbench "$@" --device cuda --out "$out/runs/$name" \
+      > "$out/$name.stdout" 2> "$out/$name.stderr"
+  local rc=$?
+  echo "$name: exit $rc in $((SECONDS - t0)) s (mrbench $*)" | tee -a "$out/timings.txt"
+  tail -40 "$out/$name.stdout"
+  tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null
+}
+[[ $steps == *,gate,* ]] && step gpu-quick-v2-v1 run gpu-quick
+[[ $steps == *,power,* ]] && step power-gpu-quick power gpu-quick --baseline v2 --candidate v2 \
+    -n "${POWER_N:-3}" --pcts "${POWER_PCTS:-5,7.6,20}"
+if [[ $steps == *,reference,* ]]; then
+  step quick-reference run quick --save-reference
+  mkdir -p "$out/op-counts" && cp results/baselines/op-counts/bundled-* "$out/op-counts/"
+fi
+[[ $steps == *,faults,* ]] && step faults-quick faults quick
+[[ $steps == *,nightly,* ]] && step nightly run nightly
+tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null
+echo "done" >> "$out/timings.txt"

@@ -1,0 +1,66 @@
+"""`sampled_distribution` and the agreement rule for sampled workloads (harness/compare.py),
+on synthetic sides: the test is judged only with enough prompts, passes equal streams,
+catches collapsed streams, and token agreement is not gated when samplers differ."""
+from mrbench.contract import SideResult
+from mrbench.harness.compare import compare, min_sampled_prompts, sampled_check
+from mrbench.harness.suite import Thresholds
+
+TH = Thresholds(latency_metrics=[])
+
+
+def side(streams: list[list[list[int]]], sampler: str = "s") -> SideResult:
+    """streams[g] = the token streams of prompt g's samples."""
+    res = SideResult(resolved=dict(sampler=sampler))
+    for g, group in enumerate(streams):
+        for toks in group:
+            i = len(res.requests)
+            res.requests.append(dict(req_index=i, sample_group=g, correct_strict=False,
+                                     fits_context=True))
+            res.tokens.append(toks)
+    return res
+
+
+def distinct(n_prompts: int) -> list[list[list[int]]]:
+    return [[[g, 1, 2], [g, 3]] for g in range(n_prompts)]
+
+
+def collapsed(n_prompts: int) -> list[list[list[int]]]:
+    return [[[g, 1, 2], [g, 1, 2]] for g in range(n_prompts)]
+
+
+def test_enough_prompts_for_bonferroni():
+    assert min_sampled_prompts(0.05, 3) == 7       # 2 / 2^7 * 3 < 0.05 <= 2 / 2^6 * 3
+
+
+def test_equal_streams_pass_with_p_one():
+    c = sampled_check("s", side(distinct(10)), side(distinct(10)), TH)
+    assert c.verdict == "pass" and c.p_value == 1.0
+
+
+def test_collapsed_streams_are_a_regression():
+    c = sampled_check("s", side(distinct(10)), side(collapsed(10)), TH)
+    assert c.verdict == "regression" and c.p_value < 0.05
+    assert c.unit.startswith("distinct_streams") and c.candidate < c.baseline
+
+
+def test_too_few_prompts_is_not_measured():
+    c = sampled_check("s", side(distinct(5)), side(collapsed(5)), TH)
+    assert c.verdict == "info" and "not measured" in c.note
+
+
+def test_greedy_workloads_have_no_sampled_check():
+    greedy = SideResult(requests=[dict(req_index=0)], tokens=[[1, 2]])
+    assert sampled_check("g", greedy, greedy, TH) is None
+
+
+def test_agreement_is_not_gated_when_samplers_differ():
+    checks = {c.metric: c for c in compare("s", side(distinct(10), "a"),
+                                           side(distinct(10)[::-1], "b"), TH)}
+    assert checks["token_agreement"].verdict == "info"
+    assert "samplers differ" in checks["token_agreement"].note
+    assert checks["sampled_distribution"].verdict == "pass"
+
+
+def test_agreement_is_gated_when_samplers_match():
+    checks = {c.metric: c for c in compare("s", side(distinct(10)), side(collapsed(10)), TH)}
+    assert checks["token_agreement"].verdict == "regression"
