@@ -246,7 +246,7 @@ def is_sampled(side: SideResult) -> bool:
 
 def _sampled_groups(side: SideResult) -> dict[int, dict[str, float]]:
     """Per prompt with >= 2 samples: the share of distinct streams, the mean output length
-    and the strict accuracy of its samples."""
+    and the strict accuracy of its samples (and `streams`, the number of distinct ones)."""
     groups: dict[int, list[int]] = {}
     for i, r in enumerate(side.requests):
         if r.get("sample_group") is not None and r.get("fits_context", True) \
@@ -257,7 +257,7 @@ def _sampled_groups(side: SideResult) -> dict[int, dict[str, float]]:
         if len(idx) < 2:
             continue
         toks = [tuple(side.tokens[i]) for i in idx]
-        out[g] = dict(distinct_streams=len(set(toks)) / len(toks),
+        out[g] = dict(streams=len(set(toks)), distinct_streams=len(set(toks)) / len(toks),
                       output_tokens=float(np.mean([len(t) for t in toks])),
                       accuracy_strict=float(np.mean([bool(side.requests[i].get("correct_strict"))
                                                      for i in idx])))
@@ -290,6 +290,11 @@ def sampled_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -
                      thr, "-", "info", f"not measured: {len(common)} prompts with >= 2 "
                      f"samples on both sides; the sign-flip test needs >= {need} to reach "
                      f"alpha / {k}")
+    if not any(b[g]["streams"] > 1 for g in common):
+        return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
+                     thr, "-", "info", f"not measured: every one of the {len(common)} "
+                     "prompts gave a single stream on the baseline (a setting this cold is "
+                     "greedy in effect: shared or broken noise would not show)")
     tests = {}
     for name in SAMPLED_STATS:
         d = [c[g][name] - b[g][name] for g in common]

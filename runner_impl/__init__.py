@@ -5,6 +5,5 @@ from .faults import COVERAGE_FAULTS, FAULTS, KNOWN_FAULTS, FaultSet
 from .llm import LLM, CompletionOutput, RequestOutput
 from .sampling_params import SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "FAULTS", "COVERAGE_FAULTS",
-           "KNOWN_FAULTS", "FaultSet",
-           "RunnerError", "ModelLoadError"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "FAULTS",
+           "COVERAGE_FAULTS", "KNOWN_FAULTS", "FaultSet", "RunnerError", "ModelLoadError"]

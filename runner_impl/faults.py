@@ -116,7 +116,8 @@ class FaultSet:
         self.names = frozenset(n for n in names if n in KNOWN_FAULTS)
 
     def active(self, name: str) -> bool:
-        assert name in KNOWN_FAULTS, name  # a typo at a call site must not silently disable a switch
+        # a typo at a call site must not silently disable a switch
+        assert name in KNOWN_FAULTS, name
         return name in self.names
 
     def any(self) -> bool:

@@ -43,6 +43,11 @@ def test_collapsed_streams_are_a_regression():
     assert c.unit.startswith("distinct_streams") and c.candidate < c.baseline
 
 
+def test_a_baseline_without_diverse_streams_is_not_measured():
+    c = sampled_check("s", side(collapsed(10)), side(collapsed(10)), TH)
+    assert c.verdict == "info" and c.note.startswith("not measured")
+
+
 def test_too_few_prompts_is_not_measured():
     c = sampled_check("s", side(distinct(5)), side(collapsed(5)), TH)
     assert c.verdict == "info" and "not measured" in c.note
