@@ -29,23 +29,26 @@ class SlowStep:
         self._cycles_per_ms: float | None = None
         self._calib: tuple[Any, Any] | None = None
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self._run_cuda(fn, *args) if self.cuda else self._run_cpu(fn, *args)
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)`, then the ruler's busy work; returns what `fn` returned."""
+        if self.cuda:
+            return self._run_cuda(fn, *args, **kwargs)
+        return self._run_cpu(fn, *args, **kwargs)
 
-    def _run_cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _run_cpu(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
-        out = fn(*args)
+        out = fn(*args, **kwargs)
         t1 = time.perf_counter()
         until = t1 + self.frac * (t1 - t0)
         while time.perf_counter() < until:           # busy: the core is taken, as by work
             pass
         return out
 
-    def _run_cuda(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _run_cuda(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self._read_done()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        out = fn(*args)
+        out = fn(*args, **kwargs)
         end.record()
         self._pending.append((start, end))
         if self._cycles_per_ms is None and self._calib is None:

@@ -31,6 +31,10 @@ decode (KV consumer) engine joined by vLLM's own example KV connector (VllmSessi
 a request travels; harness/targets/vllm_kv_connector.py what is measured). Every engine of
 the side shares the side's GPU memory share.
 
+Faults: `--fault NAME` puts a historic MRv2 bug back into V2 (source patches,
+harness/targets/vllm_faults.py); `--fault slow-step:PCT` is the latency ruler `mrbench power`
+uses, on either runner (harness/targets/vllm_ruler.py).
+
 Not supported here, said before any engine starts (`unsupported`): warmup coverage on CPU
 (vLLM's CPU build dispatches no CUDA-graph classes), and speculative methods the runner
 refuses (vLLM 0.26's V2 speculates only with eagle, eagle3, mtp, dflash and dspark). A
@@ -70,7 +74,7 @@ from mrbench.runner_impl.default_model import (
 )
 
 from .. import phases
-from . import open_loop, vllm_dispatch, vllm_faults
+from . import open_loop, vllm_dispatch, vllm_faults, vllm_ruler
 from .base import SideSpec, Unsupported, register
 from .vllm_engine import StepWatchdog, VllmEngine
 
@@ -259,7 +263,13 @@ class VllmSession:
         self.sync_check = sync_check
         if sync_check:
             self._count_sync_warnings()
-        self.faults_applied = vllm_faults.apply(side.faults) if side.faults else []
+        historic, self.ruler_pct = vllm_ruler.split(side.faults)
+        # historic source patches first: a patch recompiles a function from its source, so
+        # the ruler's wrapper goes on top of whatever the class then holds
+        self.faults_applied = vllm_faults.apply(historic) if historic else []
+        if self.ruler_pct is not None:
+            self.faults_applied.append(vllm_ruler.install(side.runner, side.device,
+                                                          self.ruler_pct))
         self.reads_dispatch = side.device.startswith("cuda")    # CPU vLLM: no graph classes
         if self.reads_dispatch:
             vllm_dispatch.install()      # before the engine exists: its warmup is recorded
@@ -290,6 +300,8 @@ class VllmSession:
                     f" but its {e.instance} engine built {e.runner_class()} ({got})")
             if self.reads_dispatch:
                 vllm_dispatch.serving(e.runner())
+            if self.ruler_pct is not None:       # serving steps only, this engine's own state
+                vllm_ruler.arm(e.runner(), self.ruler_pct)
         self.probes = {name: phases.install(e.runner(), phases.VLLM_V2 if e.uses_v2()
                                             else phases.VLLM_V1)
                        for name, e in self.engines.items()}
@@ -615,11 +627,12 @@ class VllmTarget:
     def validate(self, side: SideSpec) -> None:
         if side.runner not in RUNNERS:
             raise BadInput(f"vllm target has runners {', '.join(RUNNERS)}; got {side.runner!r}")
-        if side.faults:
+        historic, _ = vllm_ruler.split(side.faults)   # slow-step:PCT, the ruler: any runner
+        if historic:
             if side.runner != "v2":
                 raise BadInput(f"vllm faults put historic Model Runner V2 bugs back; the "
-                               f"{side.runner} runner has none (got {side.faults[0]!r})")
-            vllm_faults.check(side.faults, installed_version())
+                               f"{side.runner} runner has none (got {historic[0]!r})")
+            vllm_faults.check(historic, installed_version())
         if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
             raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
         if sync_check_mode() not in (None, "warn", "error"):
@@ -679,5 +692,6 @@ class VllmTarget:
         return dict(runners=list(RUNNERS), faults=sorted(vllm_faults.FAULTS),
                     installed=installed_version(),
                     notes="v2 needs CUDA; faults need the vLLM release they were written "
-                          "for; PD-disagg = a prefill and a decode engine joined by vLLM's "
+                          "for (v2 only); the slow-step:PCT ruler runs on either runner; "
+                          "PD-disagg = a prefill and a decode engine joined by vLLM's "
                           "example KV connector; warmup coverage on CUDA only")

@@ -56,6 +56,10 @@ def _one_error(capsys, args):
     (["--candidate", "vllm:v1", "--fault", "seq-lens-sync"], "v1 runner has none"),
     (["--candidate", "vllm:v2", "--fault", "nosuch"], "unknown vllm fault"),
     (["--candidate", "vllm:v2", "--fault", "seq-lens-sync"], "written against vLLM 0.26.0"),
+    (["--candidate", "vllm:v1", "--fault", "slow-step:abc"], "write slow-step:PCT"),
+    (["--candidate", "vllm:v1", "--fault", "slow-step:0"], "PCT must be in (0, 1000]"),
+    (["--candidate", "vllm:v1", "--fault", "slow-step:20", "--fault", "seq-lens-sync"],
+     "v1 runner has none"),
     (["--candidate", "nosuch:v1"], "unknown target"),
 ])
 def test_bad_vllm_sides_are_one_line_and_exit_2(tmp_path, capsys, args, words):
