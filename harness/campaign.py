@@ -118,45 +118,85 @@ def calibrate(suite: Suite, base: SideSpec, cand: SideSpec, n: int,
     """Run the suite n times; per check, the false-alarm rate (Wilson CI) and the spread of
     its delta, so a threshold can be set above what a no-change comparison produces."""
     def body(camp: _Campaign) -> tuple[str, dict]:
-        per: dict[str, dict] = defaultdict(lambda: dict(alarms=0, runs=0, deltas=[],
-                                                        ci_hi=[], threshold=None))
-        runs = []
-        for i in range(n):
-            s, code = camp.run(f"run-{i:02d}", suite, base, cand, overrides, log)
-            runs.append(dict(run=i, verdict=s["verdict"], exit=code, flagged=flagged(s),
-                             failures=len(s["failures"])))
-            for c in s["checks"]:
-                row = per[check_name(c)]
-                row["runs"] += 1
-                row["alarms"] += c["verdict"] == "regression"
-                row["threshold"] = c["threshold"]
-                if c["verdict"] != "info" and c["delta"] is not None:
-                    row["deltas"].append(c["delta"])
-                    if c["ci"] and c["ci"][1] is not None:
-                        row["ci_hi"].append(c["ci"][1])
-        checks = {}
-        for name, row in sorted(per.items()):
-            d = np.array(row["deltas"], dtype=float)
-            ci = stats.proportion_ci_wilson(row["alarms"], row["runs"], level=0.95)
-            checks[name] = dict(
-                runs=row["runs"], false_alarms=row["alarms"],
-                rate=row["alarms"] / row["runs"], rate_ci=[ci.lo, ci.hi],
-                judged=len(d), threshold=row["threshold"],
-                delta_median=float(np.median(d)) if len(d) else None,
-                delta_max=float(d.max()) if len(d) else None,
-                delta_min=float(d.min()) if len(d) else None, deltas=d.tolist(),
-                ci_hi_max=max(row["ci_hi"]) if row["ci_hi"] else None)
-        worst = max((c["rate"] for c in checks.values()), default=0.0)
-        return "calibration.json", dict(
-            suite=suite.name, target=s["target"], baseline=s["baseline"],
-            candidate=s["candidate"], n=n, runs=runs, checks=checks, max_rate=worst,
-            errors=sum(r["verdict"] == "error" for r in runs),
-            method="every regression verdict of a no-change comparison is a false alarm; "
-                   "rate CI: Wilson 95%", environment=environment())
+        runs = [camp.run(f"run-{i:02d}", suite, base, cand, overrides, log) for i in range(n)]
+        return "calibration.json", dict(aggregate_calibration(suite, runs),
+                                        environment=environment())
     return _guarded(out, body, isolation)
 
 
+def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
+    """calibration.json's body from A/A runs' (summary, exit code): also what a campaign cut
+    off before its end is read back with (scripts/calibration_from_runs.py)."""
+    per: dict[str, dict] = defaultdict(lambda: dict(alarms=0, runs=0, deltas=[], ci_hi=[],
+                                                    threshold=None, shift=[]))
+    rows = []
+    for i, (s, code) in enumerate(runs):
+        # each judged check's estimate and p, so a bar can be re-judged from the runs
+        rows.append(dict(run=i, verdict=s["verdict"], exit=code, flagged=flagged(s),
+                         failures=len(s["failures"]),
+                         estimates={check_name(c): [c.get("delta"), c.get("p_value")]
+                                    for c in s["checks"] if c["verdict"] != "info"}))
+        for c in s["checks"]:
+            row = per[check_name(c)]
+            row["runs"] += 1
+            row["alarms"] += c["verdict"] == "regression"
+            row["threshold"] = c["threshold"]
+            if c["verdict"] != "info" and c["delta"] is not None:
+                row["deltas"].append(c["delta"])
+                if c["ci"] and c["ci"][1] is not None:
+                    row["ci_hi"].append(c["ci"][1])
+                if c["metric"] in LATENCY_SOURCES and c["ci"] and c["ci"][0] is not None:
+                    row["shift"].append((c["delta"], c["ci"][0]))
+                    row["bar"] = latency_bar(suite, c["workload"], c["metric"])
+    checks = {}
+    for name, row in sorted(per.items()):
+        d = np.array(row["deltas"], dtype=float)
+        ci = stats.proportion_ci_wilson(row["alarms"], row["runs"], level=0.95)
+        checks[name] = dict(
+            runs=row["runs"], false_alarms=row["alarms"],
+            rate=row["alarms"] / row["runs"], rate_ci=[ci.lo, ci.hi],
+            judged=len(d), threshold=row["threshold"],
+            delta_median=float(np.median(d)) if len(d) else None,
+            delta_max=float(d.max()) if len(d) else None,
+            delta_min=float(d.min()) if len(d) else None, deltas=d.tolist(),
+            ci_hi_max=max(row["ci_hi"]) if row["ci_hi"] else None,
+            projection=_projection(row))
+    worst = max((c["rate"] for c in checks.values()), default=0.0)
+    s = runs[-1][0] if runs else {}
+    return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
+                candidate=s.get("candidate"), n=len(runs), runs=rows, checks=checks,
+                max_rate=worst, errors=sum(r["verdict"] == "error" for r in rows),
+                method="every regression verdict of a no-change comparison is a false "
+                       "alarm; rate CI: Wilson 95%")
+
+
 POWER_TARGET = 0.80       # the detection rate a minimum detectable effect must reach
+PROJECTED_SHIFTS = (0.02, 0.05, 0.076, 0.10, 0.15, 0.20, 0.30, 0.50)
+
+
+def latency_bar(suite: Suite, workload: str, metric: str) -> float | None:
+    """The relative bar a latency check of `workload` is judged against: its entry's
+    `median_rel` for a median, `latency_rel` for a P99 (a sweep's workload is
+    `ENTRY.POINT`)."""
+    ids = [w.id for w in suite.workloads]
+    entry = max((i for i in ids if workload == i or workload.startswith(f"{i}.")),
+                key=len, default=None)
+    th = suite.thresholds_for(entry) if entry else suite.thresholds
+    return th.median_rel if metric.startswith("median_") else th.latency_rel
+
+
+def _projection(row: dict) -> dict | None:
+    """A latency check's projected power from its A/A runs (stats.shifted_detection_aa)."""
+    if not row["shift"] or row.get("bar") is None:
+        return None
+    d, lo = zip(*row["shift"])
+    rates, mde = stats.projected_mde_aa(d, lo, row["bar"], PROJECTED_SHIFTS, POWER_TARGET)
+    return dict(bar=row["bar"], runs=len(d), rates={f"{s * 100:g}": r for s, r in rates.items()},
+                mde_pct=None if mde is None else mde * 100,
+                method="shift model: each A/A run's per-wave HL estimate and signed-rank CI "
+                       "moved by a uniform slowdown; detected when the CI's lower bound "
+                       "clears 0 and the estimate the bar; assumes a uniform slowdown "
+                       "(`mrbench power` measures a real one)")
 
 
 def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: int,

@@ -43,6 +43,14 @@ def _calibration_plot(checks: dict) -> str | None:
     return fig_to_data_uri(fig)
 
 
+def _projected_mde(proj: dict | None) -> str:
+    if not proj:
+        return "-"
+    if proj["mde_pct"] is None:
+        return f"> {max(map(float, proj['rates'])):g} %"
+    return f"{proj['mde_pct']:g} % (of {proj['runs']} runs)"
+
+
 def _power_plot(res: dict) -> str | None:
     """Detection rate against the slowdown, one line per judged latency check; the false
     alarm rate at 0 %."""
@@ -90,7 +98,8 @@ def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None
                                      judged=c["judged"], dmin=fmt_num(c["delta_min"]),
                                      dmed=fmt_num(c["delta_median"]),
                                      dmax=fmt_num(c["delta_max"]), threshold=c["threshold"],
-                                     over=max_rate is not None and c["rate"] > max_rate)
+                                     over=max_rate is not None and c["rate"] > max_rate,
+                                     mde=_projected_mde(c.get("projection")))
                                 for n, c in res["checks"].items()])
     out = camp_dir / "report.html"
     write_atomic(out, environment().get_template("campaign.html.j2").render(**ctx))

@@ -128,6 +128,40 @@ def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int
     return min(len(samples), sum(1 for s in side.steps if s.get("wave") == wave))
 
 
+def _order_note(cand: SideResult, table: str, waves: list[int], logr: np.ndarray,
+                level: float) -> str:
+    """The run-order diagnostic of a blocked latency check, for its note (not its verdict).
+
+    ABBA puts the candidate first in half the waves and second in the other half. A cost of
+    running second (clocks, caches, the other side's garbage) adds +d to one half's log
+    ratios and -d to the other's: the test stays fair but its noise grows. Estimated as
+    the mean of each wave's log ratio signed by the candidate's place (+1: second), and
+    removed by averaging each AB wave with the BA wave after it (a crossover pair): the
+    pairs' Hodges-Lehmann CI is what the same test would give free of the order effect.
+    Empty when the rows carry no `wave_pos` (results from before it was recorded)."""
+    pos: dict[int, int] = {}
+    for r in getattr(cand, table):
+        w, p = r.get("wave"), r.get("wave_pos")
+        if w is not None and p is not None and not (isinstance(p, float) and math.isnan(p)):
+            pos.setdefault(int(w), int(p))
+    if any(w not in pos for w in waves):
+        return ""
+    sign = np.array([1.0 if pos[w] == 1 else -1.0 for w in waves])
+    if abs(sign.sum()) == len(sign):
+        return ""
+    d = float(np.mean(logr * sign))
+    at = {w: i for i, w in enumerate(waves)}
+    pairs = [(logr[at[w]] + logr[at[w + 1]]) / 2 for w in waves
+             if w % 2 == 0 and w + 1 in at and pos[w] != pos[w + 1]]
+    out = f"; run order: second in a wave {math.expm1(d):+.1%} vs first"
+    if len(pairs) >= 2:
+        hl = stats.hodges_lehmann_ci_signed_rank(pairs, level=level)
+        lo, hi = math.expm1(hl.lo), math.expm1(hl.hi)
+        out += (f"; order-adjusted over {len(pairs)} AB/BA pairs {math.expm1(hl.estimate):+.1%}"
+                f" [{lo:+.1%}, {hi:+.1%}]")
+    return out
+
+
 def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
                   th: Thresholds) -> Check:
     """P99 (or median) regression, judged per interleaved wave when there are enough waves.
@@ -170,7 +204,8 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         wx = stats.wilcoxon_signed_rank(logr, alternative="greater")
         rel, lo, hi = (math.expm1(x) for x in (hl.estimate, hl.lo, hl.hi))
         note = (f"pooled {name} {bp:.3g} -> {cp:.3g} ms; waves with a higher candidate "
-                f"{name}: {int((logr > 0).sum())}/{len(waves)}")
+                f"{name}: {int((logr > 0).sum())}/{len(waves)}"
+                f"{_order_note(cand, table, waves, logr, level)}")
         if rel_min is None:
             verdict, note = "info", f"reported, not gated: the suite sets no median_rel; {note}"
         else:

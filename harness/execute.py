@@ -148,22 +148,25 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
         finally:
             busy[side] += time.perf_counter() - t0
 
-    def wave(side: str, w: int, lo: int, hi: int) -> None:
+    def wave(side: str, w: int, pos: int, lo: int, hi: int) -> None:
+        """Wave w of one side; `pos` is its place in the wave (0: ran first), kept on every
+        row so the gate can tell a run-order effect from a difference of the sides."""
         res = results[side]
         n_itl = len(res.itl)
         cs = _timed_wave(sessions[side], res, batch.prompts[lo:hi], lo, batch)
         for row in res.requests[lo:hi] + res.itl[n_itl:]:
-            row["wave"] = w
+            row["wave"], row["wave_pos"] = w, pos
         comps[side].extend(cs)
-        res.steps.extend(dict(r, wave=w) for r in step_rows(sessions[side].steps()))
+        res.steps.extend(dict(r, wave=w, wave_pos=pos)
+                         for r in step_rows(sessions[side].steps()))
         for k, v in sessions[side].counters().items():
             res.counters[k] = res.counters.get(k, 0) + v
 
     size = max(1, batch.wave_size)
     starts = list(range(0, len(batch.prompts), size))
     for w, lo in enumerate(starts):
-        for side in wave_order(list(sessions), w):
-            attempt(side, wave, side, w, lo, min(lo + size, len(batch.prompts)))
+        for pos, side in enumerate(wave_order(list(sessions), w)):
+            attempt(side, wave, side, w, pos, lo, min(lo + size, len(batch.prompts)))
         if prog:
             prog.wave(w + 1, len(starts))
     profiled_s = dict.fromkeys(sessions, 0.0)

@@ -551,3 +551,41 @@ def summarize_latency(samples_ms: ArrayLike) -> dict[str, float | int]:
     p50, p90, p99 = (float(v) for v in np.percentile(x, [50.0, 90.0, 99.0]))
     return {"mean": float(np.mean(x)), "median": p50, "p50": p50, "p90": p90, "p99": p99,
             "max": float(np.max(x)), "n": int(x.size)}
+
+
+def shifted_detection_aa(deltas: ArrayLike, ci_los: ArrayLike, shift: float,
+                         bar: float) -> float:
+    """Projected detection rate of a uniform relative slowdown `shift`, from A/A runs.
+
+    Method: shift model on the per-wave Hodges-Lehmann estimate and its signed-rank CI. A
+    slowdown that multiplies every wave's statistic by (1 + shift) adds log1p(shift) to
+    every wave's log ratio, and both the HL estimate and its CI are shift-equivariant. So
+    each A/A run tells, without running again, whether it would have flagged that
+    slowdown: its CI's lower bound would clear 0 (the one-sided signed-rank test's
+    decision at alpha, for a CI of level 1 - 2 alpha) and its estimate the bar. The rate
+    over the runs is the projection; at shift 0 it is the observed false-alarm rate.
+
+    It assumes the slowdown is uniform across waves. A real one (or the slow-step ruler)
+    that moves some steps more than others is measured by `mrbench power`, not projected.
+    `deltas` and `ci_los` are relative (candidate / baseline - 1), one per A/A run."""
+    d = _as_1d_float(deltas, "deltas", dropna=False)
+    lo = _as_1d_float(ci_los, "ci_los", dropna=False)
+    if d.size != lo.size:
+        raise ValueError(f"deltas and ci_los differ in length ({d.size} vs {lo.size})")
+    ok = ~(np.isnan(d) | np.isnan(lo))
+    if not ok.any():
+        return _NAN
+    s = math.log1p(shift)
+    hit = (np.log1p(lo[ok]) + s > 0) & (np.log1p(d[ok]) + s > math.log1p(bar))
+    return float(hit.mean())
+
+
+def projected_mde_aa(deltas: ArrayLike, ci_los: ArrayLike, bar: float,
+                     shifts: ArrayLike, target: float = 0.8) -> tuple[dict[float, float],
+                                                                      float | None]:
+    """Per shift, :func:`shifted_detection_aa`; and the smallest shift whose projected rate
+    reaches `target` (None when none does)."""
+    rates = {float(s): shifted_detection_aa(deltas, ci_los, float(s), bar)
+             for s in sorted(np.asarray(shifts, dtype=float))}
+    mde = next((s for s, r in rates.items() if s > 0 and r >= target), None)
+    return rates, mde

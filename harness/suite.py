@@ -100,7 +100,14 @@ def shipped_suites() -> list[str]:
 
 
 def load_suite(name_or_path: str) -> Suite:
-    """A shipped suite by name, or a YAML file by path; workload params are validated too."""
+    """A shipped suite by name, or a YAML file by path; workload params are validated too.
+
+    `SUITE:ID[,ID...]` keeps only those entries, with the suite's thresholds: one entry of a
+    suite run again, or a calibration study of the entries that matter, without a copy of
+    the suite file that could drift from it."""
+    base, sep, ids = name_or_path.rpartition(":")
+    if sep and base and not Path(name_or_path).is_file():
+        return select_entries(load_suite(base), [i.strip() for i in ids.split(",")])
     path = Path(name_or_path)
     if not path.suffix:
         path = SUITES_DIR / f"{name_or_path}.yaml"
@@ -130,6 +137,18 @@ def load_suite(name_or_path: str) -> Suite:
         except ValidationError as e:
             raise BadInput(f"suite {path}: workload {w.id!r}: {_one_line(e)}") from None
     return suite
+
+
+def select_entries(suite: Suite, ids: list[str]) -> Suite:
+    """`suite` with only the entries `ids`, in the suite's order; BadInput for an unknown id."""
+    known = [w.id for w in suite.workloads]
+    unknown = [i for i in ids if i not in known]
+    if unknown or not any(ids):
+        raise BadInput(f"suite {suite.name} has no entry {(unknown or [''])[0]!r}; "
+                       f"its entries: {', '.join(known)}")
+    return suite.model_copy(update=dict(
+        name=f"{suite.name}.{'+'.join(i for i in known if i in ids)}",
+        workloads=[w for w in suite.workloads if w.id in ids]))
 
 
 def single_workload_suite(workload: str) -> Suite:

@@ -23,13 +23,28 @@ def main(a: argparse.Namespace) -> int:
     if a.json:
         print_campaign_json(res)
     else:
-        print(f"{res['baseline']} vs {res['candidate']}, {res['n']} runs of {res['suite']}")
-        w = max(len(k) for k in res["checks"])
-        for name, c in res["checks"].items():
-            spread = "" if c["delta_max"] is None else \
-                f"  delta {c['delta_min']:+.3g}..{c['delta_max']:+.3g}"
-            print(f"{name:<{w}}  false alarms {fmt_rate(c)}{spread}")
+        print_calibration(res)
         print(f"results: {path}")
     if res["errors"]:
         return EXIT_RUN_FAILED
     return EXIT_PASS if res["max_rate"] <= a.max_rate else EXIT_REGRESSION
+
+
+def print_calibration(res: dict) -> None:
+    """calibration.json's table: per check, the false alarms, the A/A spread of its delta
+    and, for a latency check judged with a CI, the projected MDE."""
+    print(f"{res['baseline']} vs {res['candidate']}, {res['n']} runs of {res['suite']}")
+    w = max(len(k) for k in res["checks"])
+    for name, c in res["checks"].items():
+        spread = "" if c["delta_max"] is None else \
+            f"  delta {c['delta_min']:+.3g}..{c['delta_max']:+.3g}"
+        proj = c.get("projection")
+        mde = ""
+        if proj:
+            top = max(map(float, proj["rates"]))
+            mde = "  projected MDE " + (f"> {top:g}%" if proj["mde_pct"] is None
+                                        else f"{proj['mde_pct']:g}%")
+        if not c.get("judged"):          # reported as info in every run: nothing judged
+            print(f"{name:<{w}}  not judged in any run (reported only)")
+            continue
+        print(f"{name:<{w}}  false alarms {fmt_rate(c)}{spread}{mde}")

@@ -10,6 +10,11 @@
 #   gate     `run gpu-quick --device cuda`: clean V2 against V1, timed (the cross-runner gap)
 #   power    `power gpu-quick --device cuda --baseline v2 --candidate v2`, clean A/A and the
 #            slow-step ruler at POWER_PCTS (default 5,7.6,20), POWER_N runs each (default 3)
+#   aa       `calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n AA_N` (default 60):
+#            the false-alarm study of the entry that meets the power goals; a machine taken
+#            away keeps its finished runs in the hidden .aa.* directory: pack them while it
+#            runs with scripts/gpu/pack_runs.sh OUT_DIR/runs $OUT/aa.tgz, read them back here
+#            with scripts/calibration_from_runs.py gpu-quick:gsm8k DIR...
 #   reference `run quick --device cuda --save-reference`: this build's op counts (clean V2
 #            against V1 on every quick entry), copied to OUT_DIR/op-counts/
 #   faults   `faults quick --device cuda`: the catch matrix against those references, timed
@@ -44,6 +49,8 @@ step() {                       # step NAME ARGS...: one mrbench command, timed
 [[ $steps == *,gate,* ]] && step gpu-quick-v2-v1 run gpu-quick
 [[ $steps == *,power,* ]] && step power-gpu-quick power gpu-quick --baseline v2 --candidate v2 \
     -n "${POWER_N:-3}" --pcts "${POWER_PCTS:-5,7.6,20}"
+[[ $steps == *,aa,* ]] && step aa calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 \
+    -n "${AA_N:-60}"
 if [[ $steps == *,reference,* ]]; then
   step quick-reference run quick --save-reference
   mkdir -p "$out/op-counts" && cp results/baselines/op-counts/bundled-* "$out/op-counts/"

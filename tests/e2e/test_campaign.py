@@ -34,6 +34,9 @@ def test_calibration_json(calibration):
     # an engine against itself: identical tokens, identical accuracy
     assert checks["g/token_agreement"]["false_alarms"] == 0
     assert checks["g/accuracy_strict"]["delta_max"] == 0
+    # a projection is for latency checks judged with a CI; each run keeps its estimates
+    assert checks["g/token_agreement"]["projection"] is None
+    assert all("estimates" in r for r in res["runs"])
     assert code == (0 if res["max_rate"] <= 0.10 else 1)
     for i in range(2):
         assert (out / f"run-{i:02d}" / "summary.json").is_file()

@@ -1,0 +1,50 @@
+"""A calibrate campaign's table from its runs' summaries, for a campaign that did not finish.
+
+`mrbench calibrate` writes calibration.json only when every run is done. A GPU machine taken
+away mid-campaign leaves finished runs behind (`run-NN/summary.json` in the campaign's
+hidden `.NAME.*` directory); this aggregates them the same way (campaign.aggregate_calibration),
+from one or several such directories (several machines' pieces of one study).
+
+Usage: python scripts/calibration_from_runs.py SUITE DIR [DIR ...] [--json OUT.json]
+SUITE is what the runs ran (e.g. gpu-quick:gsm8k): it gives the bars the projection uses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mrbench.contract import BadInput
+from mrbench.harness.campaign import aggregate_calibration
+from mrbench.harness.commands.calibrate import print_calibration
+from mrbench.harness.suite import load_suite
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("suite")
+    p.add_argument("dirs", nargs="+", type=Path)
+    p.add_argument("--json", type=Path, help="write the aggregate (calibration.json's form)")
+    a = p.parse_args(argv)
+    try:
+        suite = load_suite(a.suite)
+        files = sorted(f for d in a.dirs for f in d.glob("**/run-*/summary.json"))
+        if not files:
+            raise BadInput(f"no run-*/summary.json under {', '.join(map(str, a.dirs))}")
+        runs = [(json.loads(f.read_text()), 0) for f in files]
+        wanted = {w.id for w in suite.workloads}
+        if not any(c["workload"].split(".")[0] in wanted for s, _ in runs for c in s["checks"]):
+            raise BadInput(f"the runs are not of suite {a.suite}")
+    except (BadInput, json.JSONDecodeError) as e:
+        print(f"calibration_from_runs: {e}", file=sys.stderr)
+        return 2
+    res = aggregate_calibration(suite, runs)
+    print_calibration(res)
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
