@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .campaign import fault_status
-from .formatting import fmt_num
+from .formatting import fmt_num, fmt_projected_mde
 from .html import environment, fig_to_data_uri, write_atomic
 
 
@@ -41,14 +41,6 @@ def _calibration_plot(checks: dict) -> str | None:
     ax.set_xlabel("delta of each no-change run (latency: relative P99 change)")
     fig.tight_layout()
     return fig_to_data_uri(fig)
-
-
-def _projected_mde(proj: dict | None) -> str:
-    if not proj:
-        return "-"
-    if proj["mde_pct"] is None:
-        return f"> {max(map(float, proj['rates'])):g} %"
-    return f"{proj['mde_pct']:g} % (of {proj['runs']} runs)"
 
 
 def _power_plot(res: dict) -> str | None:
@@ -99,7 +91,7 @@ def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None
                                      dmed=fmt_num(c["delta_median"]),
                                      dmax=fmt_num(c["delta_max"]), threshold=c["threshold"],
                                      over=max_rate is not None and c["rate"] > max_rate,
-                                     mde=_projected_mde(c.get("projection")))
+                                     mde=fmt_projected_mde(c.get("projection")))
                                 for n, c in res["checks"].items()])
     out = camp_dir / "report.html"
     write_atomic(out, environment().get_template("campaign.html.j2").render(**ctx))

@@ -76,3 +76,13 @@ def fmt_rate(count: int, runs: int, rate: float, ci: tuple[float, float]) -> str
     """'k/n (rate%, CI lo%-hi%)' for a false-alarm or detection rate."""
     lo, hi = ci
     return f"{count}/{runs} ({rate:.0%}, CI {lo:.0%}-{hi:.0%})"
+
+
+def fmt_projected_mde(proj: dict | None) -> str:
+    """A calibration check's projected MDE ('15 % (of 55 runs)', '> 50 %'), '-' for a check
+    without a projection (not a latency check judged with a CI)."""
+    if not proj:
+        return "-"
+    if proj["mde_pct"] is None:
+        return f"> {max(map(float, proj['rates'])):g} %"
+    return f"{proj['mde_pct']:g} % (of {proj['runs']} runs)"

@@ -7,6 +7,7 @@ from mrbench.contract import BadInput
 
 from ..campaign import calibrate, fmt_rate
 from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+from ..formatting import fmt_projected_mde
 from ..results import default_out
 from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
 
@@ -39,11 +40,7 @@ def print_calibration(res: dict) -> None:
         spread = "" if c["delta_max"] is None else \
             f"  delta {c['delta_min']:+.3g}..{c['delta_max']:+.3g}"
         proj = c.get("projection")
-        mde = ""
-        if proj:
-            top = max(map(float, proj["rates"]))
-            mde = "  projected MDE " + (f"> {top:g}%" if proj["mde_pct"] is None
-                                        else f"{proj['mde_pct']:g}%")
+        mde = f"  projected MDE {fmt_projected_mde(proj)}" if proj else ""
         if not c.get("judged"):          # reported as info in every run: nothing judged
             print(f"{name:<{w}}  not judged in any run (reported only)")
             continue

@@ -64,3 +64,12 @@ def test_latency_bar_follows_the_suite_and_entry_overrides() -> None:
     assert latency_bar(suite, "spec", "median_step_ms") == 0.03
     assert latency_bar(suite, "spec.k2-ngram-b4", "p99_step_ms") == 0.05
     assert latency_bar(suite, "spec-wide.k2-ngram-b4", "median_tpot_ms") == 0.08
+
+
+def test_the_projected_mde_reads_the_same_in_the_cli_and_the_report() -> None:
+    from mrbench.harness.formatting import fmt_projected_mde
+    assert fmt_projected_mde(None) == "-"
+    assert fmt_projected_mde(dict(mde_pct=15.0, runs=55, rates={"5": 0.2, "15": 0.8})) \
+        == "15 % (of 55 runs)"
+    assert fmt_projected_mde(dict(mde_pct=None, runs=55, rates={"5": 0.1, "50": 0.5})) \
+        == "> 50 %"
