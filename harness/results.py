@@ -32,6 +32,8 @@ import torch
 
 from mrbench.contract import BadInput, SideResult
 
+from .affinity import current_affinity
+
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("requests", "itl", "steps", "profile", "audits", "dispatch")
 RESULTS_FORMAT = 1    # the layout of a results directory; bump it when a reader must change
@@ -83,7 +85,8 @@ def environment() -> dict[str, Any]:
         sha = _git("rev-parse", "HEAD")
         dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if sha else None
     dev = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
-               cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
+               cpu_count=os.cpu_count(), cpu_affinity=current_affinity(),
+               torch_threads=torch.get_num_threads(),
                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
     return dict(python=sys.version.split()[0], versions=versions, git_sha=sha, git_dirty=dirty,
                 device=dev, argv=sys.argv, created=datetime.now(timezone.utc).isoformat())

@@ -11,6 +11,7 @@ from pathlib import Path
 from mrbench.contract import BadInput
 from mrbench.workloads import workloads as known_workloads
 
+from ..affinity import pin_cpus
 from ..formatting import fmt_num, fmt_p
 from ..orchestrate import Isolation, Overrides
 from ..suite import Suite, load_suite, shipped_suites, single_workload_suite
@@ -46,6 +47,11 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
     p.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
                    help="share of the GPU all engines resident at once may take together "
                         "(each gets F / engines; default 0.85). vllm target only")
+    p.add_argument("--pin-cpus", metavar="CPUS",
+                   help="run the harness and every engine on these CPUs (taskset-style: 4, "
+                        "4,5, 2-3); the sides alternate, so one CPU is enough for the "
+                        "bundled target on a GPU and steadies its host-bound step time "
+                        "(docs/detection-power.md); recorded in every result")
     p.add_argument("--in-process", action="store_true",
                    help="run engines in this process (debugging; a crash or hang of an "
                         "engine then ends the run)")
@@ -67,7 +73,11 @@ def side_spec(value: str, target: str, device: str, model: str | None,
 
 def isolation_of(a: argparse.Namespace) -> Isolation:
     """The engine isolation settings of --in-process, --timeout, --gpu-memory-utilization
-    (and --vllm-sync-check, which the vllm target reads from the environment)."""
+    (and --vllm-sync-check, which the vllm target reads from the environment). --pin-cpus
+    takes effect here, on this process, before any engine process is spawned: they inherit
+    it."""
+    if getattr(a, "pin_cpus", None):
+        pin_cpus(a.pin_cpus)
     if a.vllm_sync_check:             # read by the vllm target in each engine process
         os.environ["MRBENCH_VLLM_SYNC_CHECK"] = a.vllm_sync_check
     if a.timeout is not None and not a.timeout > 0:

@@ -22,6 +22,8 @@
 #            limit); a cut-off run keeps its progress lines (which workload, which side,
 #            elapsed) in nightly.stderr
 # Data: MRBENCH_DATA_DIR, default ./.gpudata (carry it: GSM8K and the Mooncake trace).
+# CPUs: every command runs with --pin-cpus PIN_CPUS (default 4; PIN_CPUS= turns it off): the
+#   bundled step is host-bound on the GPU, and one fixed CPU steadies it (docs/detection-power.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: bundled_power.sh OUT_DIR [STEPS]}")
@@ -39,7 +41,9 @@ step() {                       # step NAME ARGS...: one mrbench command, timed
   local name=$1; shift
   local t0=$SECONDS limit=()
   [[ $name == nightly && -n ${NIGHTLY_TIMEOUT:-} ]] && limit=(timeout -s INT "$NIGHTLY_TIMEOUT")
-  "${limit[@]}" $py -m mrbench "$@" --device cuda --out "$out/runs/$name" \
+  local pin=()
+  [[ -n ${PIN_CPUS-4} ]] && pin=(--pin-cpus "${PIN_CPUS-4}")
+  "${limit[@]}" $py -m mrbench "$@" --device cuda "${pin[@]}" --out "$out/runs/$name" \
       > "$out/$name.stdout" 2> "$out/$name.stderr"
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s (mrbench $*)" | tee -a "$out/timings.txt"

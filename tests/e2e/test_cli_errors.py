@@ -213,3 +213,11 @@ def test_trace_options_need_a_trace_workload(capsys, out):
     code, _, err = run_cli(["run", "trace", "--time-scale", "-1", "--out", str(out)], capsys)
     assert_bad_input(code, err, "time_scale")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("spec, needle", [("four", "CPU numbers"), ("3-1", "bad range"),
+                                          ("100000", "not available")])
+def test_bad_pin_cpus(capsys, out, spec, needle):
+    code, _, err = run_cli(["run", "smoke", "--pin-cpus", spec, "--out", str(out)], capsys)
+    assert_bad_input(code, err, "--pin-cpus", needle)
+    assert not out.exists()

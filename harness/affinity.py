@@ -1,0 +1,82 @@
+"""`--pin-cpus`: every mrbench process (the harness and the engines it spawns) on a fixed set
+of CPUs.
+
+Why: on a GPU machine the bundled runner's decode step is host-bound (about 0.5 ms of Python
+per step on the H100, GPU busy 10-30 %), so its time is the speed of whichever CPU the
+engine's thread runs on. On the lent H100 (a KVM guest, 16 vCPUs) that speed moved by
+15-20 % from one ABBA wave to the next even though the GPU held 1980 MHz throughout:
+the per-wave log ratio of two identical runners had a standard deviation of 0.17-0.21.
+The sides alternate, so they never compete for a CPU; pinned together they also see the
+same CPU, and the spread fell to 0.13-0.14 on one CPU (docs/detection-power.md, "Noise
+anatomy"). Two CPUs helped less (0.20), so one is the recommendation for the bundled
+target on a GPU. On CPU runs the engines compute on these CPUs: pinning them to few
+CPUs slows them down.
+
+The affinity is set on the harness process before any engine starts; spawned children
+inherit it (Linux `sched_setaffinity`). Every result records the affinity it ran with
+(`environment()["device"]["cpu_affinity"]`).
+"""
+from __future__ import annotations
+
+import os
+
+from mrbench.contract import BadInput
+
+
+def parse_cpu_list(spec: str) -> list[int]:
+    """CPUs from a taskset-style list: "4", "4,5", "2-3,8"; sorted, no repeats."""
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if dash else first
+        except ValueError:
+            raise BadInput(f"--pin-cpus {spec!r}: expected CPU numbers like 4 or 4,5 or "
+                           "2-3") from None
+        if first < 0 or last < first:
+            raise BadInput(f"--pin-cpus {spec!r}: bad range {part!r}")
+        cpus.update(range(first, last + 1))
+    return sorted(cpus)
+
+
+def current_affinity() -> list[int] | None:
+    """The CPUs this process may run on, or None where the OS does not say (not Linux)."""
+    get = getattr(os, "sched_getaffinity", None)
+    return sorted(get(0)) if get else None
+
+
+def pin_cpus(spec: str) -> list[int]:
+    """Restrict this process (and the engine processes it will spawn) to the CPUs of `spec`;
+    the CPUs pinned. Bad input (a CPU this process may not use, no affinity support) is a
+    `BadInput`. Engines that size thread pools from OMP_NUM_THREADS get one per CPU."""
+    cpus = parse_cpu_list(spec)
+    allowed = current_affinity()
+    if allowed is None or not hasattr(os, "sched_setaffinity"):
+        raise BadInput("--pin-cpus needs Linux CPU affinity (sched_setaffinity), which this "
+                       "platform lacks")
+    outside = [c for c in cpus if c not in allowed]
+    if outside:
+        raise BadInput(f"--pin-cpus {spec!r}: CPU(s) {outside} are not available to this "
+                       f"process (allowed: {_ranges(allowed)})")
+    os.sched_setaffinity(0, cpus)
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(cpus)))
+    try:
+        import torch
+        torch.set_num_threads(len(cpus))
+    except ImportError:       # pragma: no cover - torch is a dependency
+        pass
+    return cpus
+
+
+def _ranges(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
