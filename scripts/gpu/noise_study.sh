@@ -8,13 +8,13 @@
 #   aa16,wide,long). Needs CUDA and the kit's env (../shared/vllm-gpu). Poll with
 #   scripts/gpu/pack_runs.sh OUT_DIR/runs DEST.tgz; OUT_DIR/smi.csv and OUT_DIR/clock.txt
 #   are plain files.
-#   aa16   `calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n N` (NOISE_N, default
-#          8): the shipped entry, 16 waves of 16 prompts on 16 slots
-#   wide   the same prompts in waves of 64 on 64 slots (16 waves of 64): a GPU-heavier step
+#   aa16   `calibrate` (V2 against V2, -n NOISE_N, default 8) of gpu-quick's gsm8k entry as it
+#          was until 2026-11-25: 16 waves of 16 prompts on 16 slots
+#   wide   1024 prompts in 16 waves of 64 on 64 slots: a GPU-heavier step
 #   long   waves of 16 on 16 slots, 64 of them (1024 prompts): four times the waves
 #   aa16pin1, aa16pin2, longpin: aa16 (long) with every mrbench process (the harness and both
-#          engines) on one fixed CPU (PIN1, default 4) or two (PIN2, default 4,5): taskset,
-#          the same affinity `--pin-cpus` sets (the 2026-11-25 figures were taken with it)
+#          engines) on one fixed CPU (PIN1, default 4) or two (PIN2, default 4,5) with
+#          --pin-cpus (the 2026-11-25 figures were taken with taskset, the same affinity)
 #   vllm   `run gpu-quick:gsm8k --target vllm --baseline v2 --candidate v2
 #          --fault slow-step:100` (the sync-in-sample lead of 2026-11-24)
 set -uo pipefail
@@ -52,22 +52,21 @@ EOF
 step() {                       # step NAME ARGS...: one mrbench command, timed
   local name=$1; shift
   local t0=$SECONDS pin=()
-  [[ $name == *pin1 ]] && pin=(taskset -c "${PIN1:-4}")
-  [[ $name == *pin2 ]] && pin=(taskset -c "${PIN2:-4,5}")
-  [[ $name == longpin ]] && pin=(taskset -c "${PIN1:-4}")
-  "${pin[@]}" $py -m mrbench "$@" --device cuda --out "$out/runs/$name" \
+  [[ $name == *pin1 || $name == longpin ]] && pin=(--pin-cpus "${PIN1:-4}")
+  [[ $name == *pin2 ]] && pin=(--pin-cpus "${PIN2:-4,5}")
+  $py -m mrbench "$@" --device cuda "${pin[@]}" --out "$out/runs/$name" \
       > "$out/$name.stdout" 2> "$out/$name.stderr"
   echo "$name: exit $? in $((SECONDS - t0)) s (mrbench $*)" | tee -a "$out/timings.txt"
   tail -25 "$out/$name.stdout"
 }
-[[ $steps == *,aa16,* ]] && step aa16 calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n "$n"
+[[ $steps == *,aa16,* ]] && step aa16 calibrate "$(suite aa16 16 256)" --baseline v2 --candidate v2 -n "$n"
 [[ $steps == *,wide,* ]] && step wide calibrate "$(suite wide 64 1024)" --baseline v2 \
     --candidate v2 -n "${NOISE_N_WIDE:-6}"
 [[ $steps == *,long,* ]] && step long calibrate "$(suite long 16 1024)" --baseline v2 \
     --candidate v2 -n "${NOISE_N_LONG:-4}"
-[[ $steps == *,aa16pin1,* ]] && step aa16pin1 calibrate gpu-quick:gsm8k --baseline v2 \
+[[ $steps == *,aa16pin1,* ]] && step aa16pin1 calibrate "$(suite aa16 16 256)" --baseline v2 \
     --candidate v2 -n "$n"
-[[ $steps == *,aa16pin2,* ]] && step aa16pin2 calibrate gpu-quick:gsm8k --baseline v2 \
+[[ $steps == *,aa16pin2,* ]] && step aa16pin2 calibrate "$(suite aa16 16 256)" --baseline v2 \
     --candidate v2 -n "$n"
 [[ $steps == *,longpin,* ]] && step longpin calibrate "$(suite long 16 1024)" --baseline v2 \
     --candidate v2 -n "${NOISE_N_LONG:-4}"
