@@ -4,13 +4,13 @@ of CPUs.
 Why: on a GPU machine the bundled runner's decode step is host-bound (about 0.5 ms of Python
 per step on the H100, GPU busy 10-30 %), so its time is the speed of whichever CPU the
 engine's thread runs on. On the lent H100 (a KVM guest, 16 vCPUs) that speed moved by
-15-20 % from one ABBA wave to the next even though the GPU held 1980 MHz throughout:
-the per-wave log ratio of two identical runners had a standard deviation of 0.17-0.21.
-The sides alternate, so they never compete for a CPU; pinned together they also see the
-same CPU, and the spread fell to 0.13-0.14 on one CPU (docs/detection-power.md, "Noise
-anatomy"). Two CPUs helped less (0.20), so one is the recommendation for the bundled
-target on a GPU. On CPU runs the engines compute on these CPUs: pinning them to few
-CPUs slows them down.
+15-20 % from one ABBA wave to the next even though the GPU held 1980 MHz throughout: the
+per-wave log ratio of two identical runners had a standard deviation of 0.17-0.21. The
+sides alternate, so they never compete for a CPU; pinned together they also see the same
+CPU, and the spread fell to 0.125-0.14 on one CPU (docs/detection-power.md, "Noise
+anatomy"). Two CPUs did not help (0.21: the process still moves between them), so one is
+the recommendation for the bundled target on a GPU. On CPU runs the engines compute on
+these CPUs: pinning them to few CPUs slows them down.
 
 The affinity is set on the harness process before any engine starts; spawned children
 inherit it (Linux `sched_setaffinity`). Every result records the affinity it ran with
@@ -19,6 +19,8 @@ inherit it (Linux `sched_setaffinity`). Every result records the affinity it ran
 from __future__ import annotations
 
 import os
+
+import torch
 
 from mrbench.contract import BadInput
 
@@ -61,12 +63,8 @@ def pin_cpus(spec: str) -> list[int]:
         raise BadInput(f"--pin-cpus {spec!r}: CPU(s) {outside} are not available to this "
                        f"process (allowed: {_ranges(allowed)})")
     os.sched_setaffinity(0, cpus)
-    os.environ.setdefault("OMP_NUM_THREADS", str(len(cpus)))
-    try:
-        import torch
-        torch.set_num_threads(len(cpus))
-    except ImportError:       # pragma: no cover - torch is a dependency
-        pass
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(cpus)))     # read by spawned engines
+    torch.set_num_threads(len(cpus))
     return cpus
 
 

@@ -76,7 +76,7 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
     (and --vllm-sync-check, which the vllm target reads from the environment). --pin-cpus
     takes effect here, on this process, before any engine process is spawned: they inherit
     it."""
-    if getattr(a, "pin_cpus", None):
+    if a.pin_cpus:
         pin_cpus(a.pin_cpus)
     if a.vllm_sync_check:             # read by the vllm target in each engine process
         os.environ["MRBENCH_VLLM_SYNC_CHECK"] = a.vllm_sync_check
