@@ -27,12 +27,14 @@ mkdir -p "$out/runs"
 export MRBENCH_DATA_DIR=$(realpath -m "${MRBENCH_DATA_DIR:-.gpudata}")
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
-  $py -c "import torch; print('torch', torch.__version__)"; nproc; lscpu | head -25; git rev-parse HEAD 2>/dev/null
+  $py -c "import torch; print('torch', torch.__version__)"; nproc; lscpu | head -25
+  git rev-parse HEAD 2>/dev/null
 } > "$out/env.txt" 2>&1
 # one instant on both clocks: steps carry time.perf_counter() (CLOCK_MONOTONIC), nvidia-smi
 # wall-clock timestamps
 $py -c "import time; print(f'{time.time():.6f} {time.perf_counter():.6f}')" > "$out/clock.txt"
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,temperature.gpu,clocks_event_reasons.active \
+q=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,temperature.gpu
+nvidia-smi --query-gpu=$q,clocks_event_reasons.active \
     --format=csv,noheader,nounits -lms 50 > "$out/smi.csv" 2>/dev/null &
 smi=$!
 trap 'kill $smi 2>/dev/null' EXIT
@@ -59,7 +61,8 @@ step() {                       # step NAME ARGS...: one mrbench command, timed
   echo "$name: exit $? in $((SECONDS - t0)) s (mrbench $*)" | tee -a "$out/timings.txt"
   tail -25 "$out/$name.stdout"
 }
-[[ $steps == *,aa16,* ]] && step aa16 calibrate "$(suite aa16 16 256)" --baseline v2 --candidate v2 -n "$n"
+[[ $steps == *,aa16,* ]] && step aa16 calibrate "$(suite aa16 16 256)" --baseline v2 \
+    --candidate v2 -n "$n"
 [[ $steps == *,wide,* ]] && step wide calibrate "$(suite wide 64 1024)" --baseline v2 \
     --candidate v2 -n "${NOISE_N_WIDE:-6}"
 [[ $steps == *,long,* ]] && step long calibrate "$(suite long 16 1024)" --baseline v2 \
