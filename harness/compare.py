@@ -225,6 +225,20 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
                      f"n = {len(b)} / {len(c)} ({n_eff} independent), {len(waves)} usable "
                      f"waves: a {name} needs >= {n_min} per side for a bounded {level:.0%} CI "
                      f"(order statistics) or >= {MIN_WAVES} waves; reported, not judged")
+    shared = sorted(set(bw) & set(cw))
+    if len(shared) >= MIN_WAVES:
+        # too few samples a wave for a per-wave P99, but waves: the requests of a wave share
+        # its machine state, so whole waves are resampled (a request bootstrap would take
+        # them as independent and false-alarm; docs/detection-power.md, "Noise anatomy")
+        rel = stats.ratio_percentile_ci_wave_bootstrap([bw[w] for w in shared],
+                                                       [cw[w] for w in shared], q, level=level)
+        regressed = rel.lo > 0 and rel.estimate > rel_min
+        return Check(wl, metric, "ms", bp, cp, rel.estimate, [rel.lo, rel.hi], None, thr,
+                     f"pooled relative {name} change over {len(shared)} ABBA waves, "
+                     f"{rel.method} ({level:.0%}); decided by the CI's lower bound",
+                     "regression" if regressed else "pass",
+                     f"n = {len(b)} / {len(c)}; under {MIN_PER_WAVE[q]} samples a wave, so "
+                     "waves are resampled whole rather than compared one by one")
     rel = stats.ratio_percentile_ci_bootstrap(b, c, q, level=level)
     mw = stats.mann_whitney_u(b, c, alternative="greater")
     regressed = rel.lo > 0 and rel.estimate > rel_min
