@@ -20,6 +20,8 @@ from typing import Callable
 
 import numpy as np
 
+from mrbench.contract import BadInput
+
 from . import formatting, stats
 from .compare import LATENCY_SOURCES
 from .orchestrate import Isolation, Overrides, run_suite
@@ -205,61 +207,105 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
     """The smallest slowdown each latency check catches.
 
     The suite n times clean (candidate vs baseline: every latency regression is a false
-    alarm), then n times per PCT with the `slow-step:PCT` ruler on the candidate (every
-    latency regression is a detection). Per latency check: the false-alarm rate, the
-    detection rate per PCT (Wilson 95 % CIs), and the minimum detectable effect: the
-    smallest PCT detected in >= 80 % of its runs (None when no PCT reached it)."""
+    alarm) and n times per PCT with the `slow-step:PCT` ruler on the candidate (every
+    latency regression is a detection). The settings take turns (clean, then each PCT, n
+    rounds), so a drift of the machine over the campaign falls on every setting alike, and
+    a campaign cut off part-way (a GPU lease taken back) leaves every setting measured
+    about as often; `scripts/power_from_runs.py` reads such pieces back
+    (aggregate_power)."""
 
     def body(camp: _Campaign) -> tuple[str, dict]:
-        per: dict[str, dict] = defaultdict(lambda: dict(aa=0, det=defaultdict(int),
-                                                        threshold=None, judged=False))
         runs = []
-        for pct in (None, *pcts):
-            label = "clean" if pct is None else f"slow-step:{pct:g}"
-            side = cand if pct is None else replace(cand, faults=(label,))
-            for i in range(n):
-                s, code = camp.run(f"{'clean' if pct is None else f'slow{pct:g}'}-{i:02d}",
-                                   suite, base, side, overrides, log)
-                hits = [c for c in s["checks"] if c["metric"] in LATENCY_SOURCES]
-                # each latency check's estimate and p, so a bar can be re-judged from
-                # the same runs (the per-run summaries hold the rest)
-                runs.append(dict(plan=label, run=i, verdict=s["verdict"], exit=code,
-                                 flagged=flagged(s), failures=len(s["failures"]),
-                                 estimates={check_name(c): [c.get("delta"), c.get("p_value")]
-                                            for c in hits}))
-                for c in hits:
-                    row = per[check_name(c)]
-                    row["threshold"] = c["threshold"]
-                    if c["verdict"] == "regression":
-                        if pct is None:
-                            row["aa"] += 1
-                        else:
-                            row["det"][pct] += 1
-                    row["judged"] |= c["verdict"] != "info"
-        checks = {}
-        for name, row in sorted(per.items()):
-            fa = stats.proportion_ci_wilson(row["aa"], n, level=0.95)
-            det = {}
-            for p in pcts:
-                ci = stats.proportion_ci_wilson(row["det"][p], n, level=0.95)
-                det[f"{p:g}"] = dict(detected=row["det"][p], runs=n, rate=row["det"][p] / n,
-                                     rate_ci=[ci.lo, ci.hi])
-            mde = next((p for p in sorted(pcts) if det[f"{p:g}"]["rate"] >= POWER_TARGET),
-                       None)
-            checks[name] = dict(threshold=row["threshold"], judged=row["judged"],
-                                false_alarms=row["aa"], false_alarm_rate=row["aa"] / n,
-                                false_alarm_ci=[fa.lo, fa.hi], detection=det, mde_pct=mde)
-        return "power.json", dict(
-            suite=suite.name, target=s["target"], baseline=s["baseline"],
-            candidate=s["candidate"], n=n, pcts=list(pcts), power_target=POWER_TARGET,
-            runs=runs, checks=checks,
-            errors=sum(r["verdict"] == "error" for r in runs),
-            method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
-                   f"(PCT % of the candidate's forward time added to each step): a latency "
-                   f"regression is a detection; MDE: smallest PCT detected in >= "
-                   f"{POWER_TARGET:.0%} of its runs; rates: Wilson 95% CI",
-            environment=environment())
+        for i in range(n):
+            for pct in (None, *pcts):
+                side = cand if pct is None else replace(cand, faults=(f"slow-step:{pct:g}",))
+                runs.append(camp.run(f"{'clean' if pct is None else f'slow{pct:g}'}-{i:02d}",
+                                     suite, base, side, overrides, log))
+        return "power.json", dict(aggregate_power(suite, runs, pcts),
+                                  environment=environment())
     return _guarded(out, body, isolation)
+
+
+def ruler_pct(summary: dict) -> float | None:
+    """The slow-step size a run's candidate carried: None for a clean run; BadInput for a
+    run with any other fault (it measures neither false alarms nor the ruler)."""
+    faults = summary.get("candidate_faults") or []
+    if not faults:
+        return None
+    if len(faults) == 1 and faults[0].startswith("slow-step:"):
+        return float(faults[0].split(":", 1)[1])
+    raise BadInput(f"a run with candidate faults {faults} is neither clean nor one "
+                   f"slow-step ruler")
+
+
+def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
+                    pcts: list[float] | None = None) -> dict:
+    """power.json's body from runs' (summary, exit code), clean and slow-step:PCT mixed,
+    any number of each: a finished campaign, or the pieces of one that several GPU leases
+    ran (scripts/power_from_runs.py). Per latency check: false alarms over the clean runs
+    that carried it, detections over each PCT's runs that carried it (Wilson 95 % CIs),
+    the MDE (smallest PCT detected in >= POWER_TARGET of its runs), and the clean runs'
+    shift-model projection beside it, so the projection can be checked against the ruler."""
+    kinds = {(s.get("suite"), s.get("target"), s.get("baseline"), s.get("candidate"))
+             for s, _ in runs}
+    if len(kinds) > 1:
+        raise BadInput("the runs are of different comparisons (suite, target, baseline, "
+                       f"candidate): {sorted(map(str, kinds))}")
+    plans = [ruler_pct(s) for s, _ in runs]
+    pcts = sorted({p for p in plans if p is not None} if pcts is None else set(pcts))
+    per: dict[str, dict] = defaultdict(lambda: dict(aa=0, aa_runs=0, det=defaultdict(int),
+                                                    det_runs=defaultdict(int),
+                                                    threshold=None, judged=False))
+    rows = []
+    for i, ((s, code), pct) in enumerate(zip(runs, plans)):
+        hits = [c for c in s["checks"] if c["metric"] in LATENCY_SOURCES]
+        # each latency check's estimate and p, so a bar can be re-judged from the same
+        # runs (the per-run summaries hold the rest)
+        rows.append(dict(plan="clean" if pct is None else f"slow-step:{pct:g}", run=i,
+                         verdict=s["verdict"], exit=code, flagged=flagged(s),
+                         failures=len(s["failures"]), wall_s=s.get("wall_s"),
+                         estimates={check_name(c): [c.get("delta"), c.get("p_value")]
+                                    for c in hits}))
+        for c in hits:
+            row = per[check_name(c)]
+            row["threshold"] = c["threshold"]
+            row["judged"] |= c["verdict"] != "info"
+            hit = c["verdict"] == "regression"
+            if pct is None:
+                row["aa_runs"] += 1
+                row["aa"] += hit
+            elif pct in pcts:
+                row["det_runs"][pct] += 1
+                row["det"][pct] += hit
+    projected = aggregate_calibration(suite, [r for r, p in zip(runs, plans) if p is None])
+    checks = {}
+    for name, row in sorted(per.items()):
+        fa = stats.proportion_ci_wilson(row["aa"], row["aa_runs"], level=0.95)
+        det = {}
+        for p in pcts:
+            k, m = row["det"][p], row["det_runs"][p]
+            ci = stats.proportion_ci_wilson(k, m, level=0.95)
+            det[f"{p:g}"] = dict(detected=k, runs=m, rate=k / m if m else None,
+                                 rate_ci=[ci.lo, ci.hi] if m else None)
+        mde = next((p for p in pcts if (det[f"{p:g}"]["rate"] or 0) >= POWER_TARGET), None)
+        checks[name] = dict(threshold=row["threshold"], judged=row["judged"],
+                            false_alarms=row["aa"], aa_runs=row["aa_runs"],
+                            false_alarm_rate=row["aa"] / row["aa_runs"] if row["aa_runs"]
+                            else None,
+                            false_alarm_ci=[fa.lo, fa.hi] if row["aa_runs"] else None,
+                            detection=det, mde_pct=mde,
+                            projection=projected["checks"].get(name, {}).get("projection"))
+    per_plan = {"clean": plans.count(None), **{f"{p:g}": plans.count(p) for p in pcts}}
+    s = runs[-1][0] if runs else {}
+    return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
+                candidate=s.get("candidate"), n=min(per_plan.values()), runs_per_plan=per_plan,
+                pcts=list(pcts), power_target=POWER_TARGET, runs=rows, checks=checks,
+                errors=sum(r["verdict"] == "error" for r in rows),
+                method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
+                       f"(PCT % of the candidate's forward time added to each step): a latency "
+                       f"regression is a detection; settings in turn; MDE: smallest PCT "
+                       f"detected in >= {POWER_TARGET:.0%} of its runs; rates: Wilson 95% CI; "
+                       f"projection: the clean runs' shift model")
 
 
 def fmt_rate(c: dict) -> str:

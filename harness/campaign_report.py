@@ -53,6 +53,7 @@ def _power_plot(res: dict) -> str | None:
     xs = [0.0, *res["pcts"]]
     for name, c in rows:
         ys = [c["false_alarm_rate"], *(c["detection"][f"{p:g}"]["rate"] for p in res["pcts"])]
+        ys = [np.nan if y is None else y for y in ys]      # a setting that ran no run
         ax.plot(xs, ys, "o-", label=name, alpha=0.8)
     ax.axhline(res["power_target"], color="#999", lw=0.8, ls="--")
     ax.set_xlabel("slow-step: % of the candidate's forward time added to each step")
@@ -63,18 +64,25 @@ def _power_plot(res: dict) -> str | None:
     return fig_to_data_uri(fig)
 
 
+def _fmt_detection(d: dict) -> str:
+    return "not measured" if not d["runs"] else f"{d['detected']}/{d['runs']} ({d['rate']:.0%})"
+
+
 def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
     runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
     ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, power=None)
     if kind == "power":
-        ctx.update(title=f"mrbench power: {res['suite']} x {res['n']} per setting",
+        per = ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} x {v}"
+                        for k, v in res["runs_per_plan"].items())
+        ctx.update(title=f"mrbench power: {res['suite']} ({per})",
                    subtitle=f"{res['baseline']} vs {res['candidate']}: {res['method']}",
                    plot=_power_plot(res), pcts=[f"{p:g}" for p in res["pcts"]],
                    power=[dict(name=n, threshold=c["threshold"], judged=c["judged"],
-                               fa=f"{c['false_alarms']}/{res['n']}",
-                               det=[f"{c['detection'][f'{p:g}']['rate']:.0%}"
+                               fa=f"{c['false_alarms']}/{c['aa_runs']}",
+                               det=[_fmt_detection(c["detection"][f"{p:g}"])
                                     for p in res["pcts"]],
-                               mde="-" if c["mde_pct"] is None else f"{c['mde_pct']:g} %")
+                               mde="-" if c["mde_pct"] is None else f"{c['mde_pct']:g} %",
+                               proj=fmt_projected_mde(c.get("projection")))
                           for n, c in res["checks"].items()])
     elif kind == "faults":
         ctx.update(title=f"mrbench faults: {res['suite']}",

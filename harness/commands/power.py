@@ -32,15 +32,32 @@ def main(a: argparse.Namespace) -> int:
     if a.json:
         print_campaign_json(res)
     else:
-        print(f"{res['baseline']} vs {res['candidate']} + slow-step, {a.n} runs each, "
-              f"{res['suite']}")
-        w = max((len(k) for k in res["checks"]), default=10)
-        print(f"{'check':<{w}}  false alarms  " + "  ".join(f"{p:>6g}%" for p in pcts)
-              + "  MDE")
-        for name, c in res["checks"].items():
-            det = "  ".join(f"{c['detection'][f'{p:g}']['rate']:>6.0%}" for p in pcts)
-            mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:g}%"
-            gate = "" if c["judged"] else "  (reported, not judged)"
-            print(f"{name:<{w}}  {c['false_alarms']:>2}/{a.n:<2}        {det}  {mde}{gate}")
+        print_power(res)
         print(f"results: {path}")
     return EXIT_RUN_FAILED if res["errors"] else EXIT_PASS
+
+
+def _rate(k: int, m: int) -> str:
+    return f"{k}/{m} {k / m:.0%}" if m else "not measured"
+
+
+def print_power(res: dict) -> None:
+    """The power table: per latency check the false alarms, the detections per PCT (count
+    over runs, rate), the measured MDE, and the clean runs' projected MDE beside it."""
+    pcts = res["pcts"]
+    plan = res["runs_per_plan"]
+    print(f"{res['baseline']} vs {res['candidate']} + slow-step, {res['suite']}: runs "
+          + ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} {v}" for k, v in plan.items()))
+    w = max((len(k) for k in res["checks"]), default=10)
+    print(f"{'check':<{w}}  {'false alarms':>12}  "
+          + "  ".join(f"{'+' + format(p, 'g') + ' %':>9}" for p in pcts)
+          + "  MDE      projected")
+    for name, c in res["checks"].items():
+        dets = (c["detection"][f"{p:g}"] for p in pcts)
+        det = "  ".join(f"{_rate(d['detected'], d['runs']):>9}" for d in dets)
+        mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:g} %"
+        proj = c.get("projection") or {}
+        pm = "-" if proj.get("mde_pct") is None else f"{proj['mde_pct']:g} %"
+        gate = "" if c["judged"] else "  (reported, not judged)"
+        print(f"{name:<{w}}  {_rate(c['false_alarms'], c['aa_runs']):>12}  {det}  {mde:<7}  "
+              f"{pm}{gate}")

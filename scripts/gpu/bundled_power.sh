@@ -8,8 +8,12 @@
 #   so a machine taken away keeps what finished; a campaign's unfinished runs are in its
 #   hidden .power-* directory).
 #   gate     `run gpu-quick --device cuda`: clean V2 against V1, timed (the cross-runner gap)
-#   power    `power gpu-quick --device cuda --baseline v2 --candidate v2`, clean A/A and the
-#            slow-step ruler at POWER_PCTS (default 5,7.6,20), POWER_N runs each (default 3)
+#   power    `power POWER_SUITE --device cuda --baseline v2 --candidate v2` (default
+#            gpu-quick; gpu-quick:gsm8k is the entry that meets the goals), clean A/A and the
+#            slow-step ruler at POWER_PCTS (default 5,7.6,20), POWER_N runs each (default 3),
+#            the settings in turn; a study larger than one lease: run it on each machine,
+#            pack with scripts/gpu/pack_runs.sh, read the pieces back together with
+#            scripts/power_from_runs.py
 #   aa       `calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n AA_N` (default 60):
 #            the false-alarm study of the entry that meets the power goals; a machine taken
 #            away keeps its finished runs in the hidden .aa.* directory: pack them while it
@@ -51,8 +55,8 @@ step() {                       # step NAME ARGS...: one mrbench command, timed
   tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null
 }
 [[ $steps == *,gate,* ]] && step gpu-quick-v2-v1 run gpu-quick
-[[ $steps == *,power,* ]] && step power-gpu-quick power gpu-quick --baseline v2 --candidate v2 \
-    -n "${POWER_N:-3}" --pcts "${POWER_PCTS:-5,7.6,20}"
+[[ $steps == *,power,* ]] && step power-gpu-quick power "${POWER_SUITE:-gpu-quick}" \
+    --baseline v2 --candidate v2 -n "${POWER_N:-3}" --pcts "${POWER_PCTS:-5,7.6,20}"
 [[ $steps == *,aa,* ]] && step aa calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 \
     -n "${AA_N:-60}"
 if [[ $steps == *,reference,* ]]; then
