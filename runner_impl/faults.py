@@ -74,9 +74,9 @@ COVERAGE_FAULTS: dict[str, Fault] = {
 KNOWN_FAULTS: dict[str, Fault] = {**FAULTS, **COVERAGE_FAULTS}
 
 
-# Not a historic bug but a ruler for latency detection: `slow-step:PCT` adds a busy cost of
-# PCT % of the step's own forward time inside the forward phase (v2/model_runner.py
-# _forward). It is never part of the default catch matrix (`FAULTS`).
+# Not a historic bug but a ruler for latency detection: `slow-step:PCT` adds busy work of
+# PCT % of the step's measured time inside the forward phase (slow_step.py,
+# v2/model_runner.py _forward). It is never part of the default catch matrix (`FAULTS`).
 SLOW_STEP = "slow-step"
 SLOW_STEP_MAX = 1000.0
 

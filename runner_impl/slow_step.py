@@ -1,74 +1,129 @@
 """`slow-step:PCT`: a latency ruler, not a historic bug.
 
-It adds PCT % of the step's own forward time as extra busy work inside the forward phase,
-so a harness can measure the smallest slowdown it detects (its power curve). The cost is
-real work on the device that runs the forward, never a sleep outside the profiled range:
-- CPU: the forward is synchronous, so its wall time is its cost; the host then spins for
-  PCT % of it.
-- CUDA: a GPU spin kernel (`torch.cuda._sleep`) of PCT % of the forward's GPU time,
-  measured with CUDA events and read only once they have completed (`Event.query`), so
-  the ruler adds no host synchronisation of its own. Until both the forward time and the
-  spin kernel's clock are known (a few steps into warmup), it adds nothing.
+It adds PCT % of a measured step time as busy work inside the forward phase, so a harness
+can measure the smallest slowdown it detects (its power curve). What PCT is a share of:
+- `sized_by="step"` (the bundled engine): the step the engine itself records and the
+  harness reports (`StepRecord`, schedule to output), fed back through `observe_step`, less
+  the ruler's own share. So slow-step:5 moves the measured step by 5 %, whatever part of
+  it the forward is.
+- `sized_by="call"` (real vLLM, whose runner exposes no step record): the host time of the
+  wrapped call itself.
+The base is an average per step class (decode batch size; prefill tokens in powers of
+two): a prefill step is never slowed by a decode step's size or the reverse. The first
+steps of a class add nothing until its time is known (warmup covers most classes).
+
+The busy work is real, never a sleep outside the profiled range, and adds no host sync:
+- CPU: the host spins.
+- CUDA: a GPU spin kernel (`torch.cuda._sleep`) of the same length is queued first, then
+  the host spins. A host-bound step (the small bundled model on an H100: the GPU is idle
+  most of the step) grows by the host spin, with the GPU spin hidden under it; a GPU-bound
+  step grows by the GPU spin, with the host spin hidden under the queued work. The spin
+  kernel's clock is learned from one timed spin whose CUDA events are read only once they
+  have completed (`Event.query`); until then the ruler adds nothing.
+Until 2026-11-25 the CUDA ruler sized a GPU spin alone from per-step CUDA events: on the
+host-bound H100 step the spin hid under host time while the events' own host cost moved
+the step by about 14 % at any PCT (slow-step:5 and :7.6 alike), docs/detection-power.md.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections import deque
+from typing import Any, Callable, Hashable
 
 import torch
 
 _CALIBRATE_CYCLES = 2_000_000     # one spin of known length, timed to learn cycles per ms
+_EMA_NEW = 0.2                    # weight of the newest time in a class's average
+
+
+def step_class(key: tuple) -> Hashable:
+    """The class a step's time is averaged in: a decode step by its batch size (few
+    values, each frequent), a prefill or mixed step by its token count's power of two
+    (nearly every count is new)."""
+    if len(key) == 2 and key[0] == "mixed":
+        return ("mixed", int(key[1]).bit_length())
+    return key
 
 
 class SlowStep:
-    def __init__(self, pct: float, device: torch.device) -> None:
+    def __init__(self, pct: float, device: torch.device, sized_by: str = "step") -> None:
+        if sized_by not in ("step", "call"):
+            raise ValueError(f"sized_by must be 'step' or 'call', got {sized_by!r}")
         self.frac = pct / 100.0
         self.cuda = device.type == "cuda"
-        self._fwd_ms: float | None = None            # EMA of the forward's GPU time
-        self._pending: list[tuple[Any, Any]] = []    # (start, end) events not yet read
-        self._cycles_per_ms: float | None = None
+        self.sized_by = sized_by
+        # per step class: the average step (or call) time without the ruler, in ms; the
+        # truth is what observe_step (or the call's own clock) measured
+        self.base_ms: dict[Hashable, float] = {}
+        # the ruler's busy time per slowed step not yet observed, oldest first (async
+        # scheduling observes step n after queueing step n + 1)
+        self._pending: deque[tuple[Hashable, float]] = deque(maxlen=8)
+        self.added_ms_total = 0.0                    # all busy time added, for tests/logs
+        self.slowed_steps = 0
+        self._cycles_per_ms: float | None = None     # the spin kernel's clock (CUDA)
         self._calib: tuple[Any, Any] | None = None
 
-    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """`fn(*args, **kwargs)`, then the ruler's busy work; returns what `fn` returned."""
-        if self.cuda:
-            return self._run_cuda(fn, *args, **kwargs)
-        return self._run_cpu(fn, *args, **kwargs)
-
-    def _run_cpu(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def run(self, fn: Callable[..., Any], *args: Any, key: tuple = (), **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)`, then the ruler's busy work for a step of class `key`;
+        returns what `fn` returned."""
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         t1 = time.perf_counter()
-        until = t1 + self.frac * (t1 - t0)
-        while time.perf_counter() < until:           # busy: the core is taken, as by work
-            pass
+        cls = step_class(key)
+        base = self.base_ms.get(cls)
+        added = 0.0
+        if self.cuda:
+            self._learn_spin_clock()
+        if base is not None and (not self.cuda or self._cycles_per_ms):
+            added = self._busy(self.frac * base)
+            self.added_ms_total += added
+            self.slowed_steps += 1
+        if self.sized_by == "call":
+            self._fold(cls, (t1 - t0) * 1e3)
+        else:
+            self._pending.append((cls, added))
         return out
 
-    def _run_cuda(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self._read_done()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = fn(*args, **kwargs)
-        end.record()
-        self._pending.append((start, end))
-        if self._cycles_per_ms is None and self._calib is None:
+    def observe_step(self, duration_ms: float, key: tuple) -> None:
+        """The engine's measured step (sized_by="step"): folded into its class's average
+        less the busy time the ruler added to it. A step that ran no forward (an empty
+        key) is not one the ruler saw."""
+        if not key or not self._pending:
+            return
+        cls, added = self._pending.popleft()
+        if cls != step_class(key):                   # out of step: start over, fold nothing
+            self._pending.clear()
+            return
+        self._fold(cls, duration_ms - added)
+
+    def _fold(self, cls: Hashable, ms: float) -> None:
+        if ms > 0:
+            old = self.base_ms.get(cls)
+            self.base_ms[cls] = ms if old is None else (1 - _EMA_NEW) * old + _EMA_NEW * ms
+
+    def _busy(self, ms: float) -> float:
+        """`ms` of busy work on the host, and on CUDA as long a spin queued on the GPU
+        first; the host time it took (ms), launch included."""
+        t0 = time.perf_counter()
+        if self.cuda:
+            torch.cuda._sleep(int(ms * self._cycles_per_ms))
+        until = t0 + ms / 1e3
+        t = t0
+        while t < until:                             # busy: the core is taken, as by work
+            t = time.perf_counter()
+        return (t - t0) * 1e3
+
+    def _learn_spin_clock(self) -> None:
+        """Time one spin of known cycles with CUDA events, read without waiting."""
+        if self._cycles_per_ms is not None:
+            return
+        if self._calib is None:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             torch.cuda._sleep(_CALIBRATE_CYCLES)
             b.record()
             self._calib = (a, b)
-        elif self._cycles_per_ms and self._fwd_ms:
-            torch.cuda._sleep(int(self.frac * self._fwd_ms * self._cycles_per_ms))
-        return out
-
-    def _read_done(self) -> None:
-        """Fold in the timings whose events have completed; never waits."""
-        while self._pending and self._pending[0][1].query():
-            s, e = self._pending.pop(0)
-            ms = s.elapsed_time(e)
-            self._fwd_ms = ms if self._fwd_ms is None else 0.8 * self._fwd_ms + 0.2 * ms
-        del self._pending[:-64]                      # never grow without bound
-        if self._calib is not None and self._calib[1].query():
+        elif self._calib[1].query():
             ms = self._calib[0].elapsed_time(self._calib[1])
             self._cycles_per_ms = _CALIBRATE_CYCLES / ms if ms > 0 else None
             self._calib = None

@@ -7,11 +7,15 @@ computes the logits there too; sampling is `sample_tokens`, outside it):
 - V1 on CPU: `vllm.v1.worker.cpu_model_runner.CPUModelRunner` (it inherits V1's method);
 - V1 on CUDA: `vllm.v1.worker.gpu_model_runner.GPUModelRunner`;
 - V2 (CUDA only): `vllm.v1.worker.gpu.model_runner.GPUModelRunner`.
-The busy work is the bundled ruler's own (`mrbench.runner_impl.slow_step.SlowStep`): PCT % of
-the wrapped call's time, added inside the step, never a sleep. On CPU the host spins after
-the call. On CUDA a spin kernel (`torch.cuda._sleep`) is queued on the runner's current
-stream behind the call's work, sized from CUDA-event timings that are read only once they
-have completed: the ruler adds no host sync, so V2's sync gate stays clean.
+The busy work is the bundled ruler's own (`mrbench.runner_impl.slow_step.SlowStep`,
+sized_by="call"): PCT % of the wrapped call's host time (averaged per class of scheduled
+tokens), added inside the step, never a sleep. On CPU the host spins after the call. On
+CUDA a spin kernel (`torch.cuda._sleep`) of that length is queued on the runner's current
+stream behind the call's work and the host spins as long, so the step grows whichever of
+host and GPU bounds it; the ruler adds no host sync, so V2's sync gate stays clean. vLLM
+exposes no step record, so unlike the bundled ruler this is a share of `execute_model`'s
+host time, not of the step the harness measures: the power curve's sizes on vLLM are
+nominal (docs/detection-power.md).
 
 Two steps, as in vllm_dispatch: `install` wraps the class before the engine is built, in
 the engine's process only, and the wrapper passes every call through; `arm` gives one
@@ -76,7 +80,9 @@ def _wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
         ruler = self.__dict__.get(_STATE)
         if ruler is None or kwargs.get("dummy_run") or not _scheduled_tokens(args, kwargs):
             return orig(self, *args, **kwargs)
-        return ruler.run(orig, self, *args, **kwargs)
+        # the step's class for the ruler's average: its token count (in powers of two)
+        return ruler.run(orig, self, *args, key=("mixed", _scheduled_tokens(args, kwargs)),
+                         **kwargs)
     setattr(execute_model, _MARK, True)
     return execute_model
 
@@ -101,7 +107,7 @@ def install(runner: str, device: str, pct: float) -> dict[str, Any]:
     wrap(cls)
     return {"name": f"{SLOW_STEP}:{pct:g}", "pct": pct, "wraps": f"{module}.{name}.{METHOD}",
             "busy_work": "host spin after the call" if device == "cpu" else
-            "GPU spin kernel on the runner's stream (CUDA events read without a sync)"}
+            "GPU spin kernel on the runner's stream and a host spin as long (no sync)"}
 
 
 def arm(runner: Any, pct: float) -> None:
@@ -112,7 +118,7 @@ def arm(runner: Any, pct: float) -> None:
         raise RuntimeError(f"{SLOW_STEP}:{pct:g}: the engine built "
                            f"{type(runner).__module__}.{type(runner).__qualname__}, whose "
                            f"{METHOD} the ruler did not wrap")
-    runner.__dict__[_STATE] = SlowStep(pct, torch.device(runner.device))
+    runner.__dict__[_STATE] = SlowStep(pct, torch.device(runner.device), sized_by="call")
 
 
 def ruler_of(runner: Any) -> SlowStep | None:

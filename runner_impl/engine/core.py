@@ -63,6 +63,12 @@ class EngineCore:
         # (schedule time, its SchedulerOutput, its AsyncOutput).
         self._in_flight: tuple | None = None
         self.step_callbacks: list[Callable[["EngineCore", SchedulerOutput, ModelRunnerOutput], None]] = []
+        ruler = getattr(self.runner, "slow_step", None)
+        if ruler is not None:        # the slow-step ruler is a share of the step measured here
+            self.step_callbacks.append(
+                lambda core, sched, out: ruler.observe_step(
+                    (core.step_records[-1].t_end - core.step_records[-1].t_start) * 1e3,
+                    core.step_records[-1].dispatch_key))
 
     def warmup(self) -> None:
         run_warmup(self)

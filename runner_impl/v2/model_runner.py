@@ -51,7 +51,7 @@ class ModelRunnerV2:
         self.k = cfg.num_speculative_tokens
         self.faults = cfg.faults
         dev = cfg.torch_device
-        self.slow_step = (SlowStep(cfg.faults.slow_step_pct, dev)
+        self.slow_step = (SlowStep(cfg.faults.slow_step_pct, dev, sized_by="step")
                           if cfg.faults.slow_step_pct else None)
         n = cfg.max_num_seqs
         # Async scheduling keeps one step in flight while the next is prepared: its uploads
@@ -165,7 +165,7 @@ class ModelRunnerV2:
     def _forward(self, batch: InputBatch) -> torch.Tensor:
         """The model (a CUDA-graph replay for uniform decode) and the logits, [R, W, V]."""
         if self.slow_step is not None:          # the `slow-step:PCT` ruler
-            return self.slow_step.run(self._model_forward, batch)
+            return self.slow_step.run(self._model_forward, batch, key=batch.dispatch_key)
         return self._model_forward(batch)
 
     def _model_forward(self, batch: InputBatch) -> torch.Tensor:

@@ -1,6 +1,6 @@
-"""`slow-step:PCT`, the latency ruler: parsed and validated like a fault, and on CPU it
-busies the core for PCT % of the forward's own time, inside the forward call (so inside
-the forward phase the harness profiles)."""
+"""`slow-step:PCT`, the latency ruler: parsed and validated like a fault; it busies the core
+for PCT % of a measured time, inside the forward call (so inside the forward phase the
+harness profiles): on the bundled engine the recorded step's, on vLLM the wrapped call's."""
 import pytest
 import torch
 
@@ -20,7 +20,8 @@ def test_the_ruler_is_parsed_and_kept_out_of_the_historic_faults():
 
 
 class _Clock:
-    """perf_counter that advances 1 ms per read, and by `work` when the forward runs."""
+    """perf_counter that advances 1 ms per read (the spin reads it once per turn), and by
+    what a test's forward says it worked."""
 
     def __init__(self):
         self.t, self.reads = 0.0, 0
@@ -31,19 +32,79 @@ class _Clock:
         return self.t
 
 
-@pytest.mark.parametrize("pct, spins", [(50, 10), (100, 20), (200, 40)])
-def test_on_cpu_the_forward_is_followed_by_a_spin_of_pct_of_its_time(monkeypatch, pct, spins):
+def _forward(clock, ms):
+    def forward(x):
+        clock.t += ms / 1e3 - 0.001     # the forward's own work, between the two reads
+        return x * 2
+    return forward
+
+
+@pytest.mark.parametrize("pct", [50, 100, 200])
+def test_sized_by_call_the_spin_is_pct_of_the_calls_own_time_from_the_second_call(
+        monkeypatch, pct):
     clock = _Clock()
     monkeypatch.setattr(ss.time, "perf_counter", clock)
+    ruler = ss.SlowStep(pct, torch.device("cpu"), sized_by="call")
+    assert ruler.run(_forward(clock, 20), 21, key=("mixed", 8)) == 42
+    assert ruler.added_ms_total == 0            # the first call of a class: no base yet
+    t0 = clock.t
+    ruler.run(_forward(clock, 20), 21, key=("mixed", 9))      # same class: 8..15 tokens
+    # 2 reads around the forward (+20 ms), then the spin until pct % of 20 ms has passed
+    assert (clock.t - t0) * 1e3 == pytest.approx(20 + pct / 100 * 20, abs=3)
+    assert ruler.added_ms_total == pytest.approx(pct / 100 * 20, abs=2)
 
-    def forward(x):
-        clock.t += 0.019          # the forward's own work: 20 ms between the two reads
-        return x * 2
 
-    out = ss.SlowStep(pct, torch.device("cpu")).run(forward, 21)
-    assert out == 42
-    # 2 reads around the forward, then the spin reads until pct % of 20 ms has passed
-    assert clock.reads - 2 == pytest.approx(spins, abs=1)
+def test_sized_by_step_the_spin_is_pct_of_the_measured_step_less_its_own_part(monkeypatch):
+    """The engine's step (schedule to output) is what the harness reports; the ruler is a
+    share of that, not of the forward inside it, and its own busy time is not folded back
+    into its base (else it would compound)."""
+    clock = _Clock()
+    monkeypatch.setattr(ss.time, "perf_counter", clock)
+    ruler = ss.SlowStep(50, torch.device("cpu"), sized_by="step")
+    decode = ("uniform_decode", 4)
+    ruler.run(_forward(clock, 2), 1, key=decode)
+    ruler.observe_step(10.0, decode)            # a 10 ms step, 2 ms of it the forward
+    assert ruler.base_ms[decode] == pytest.approx(10.0)
+    for _ in range(5):
+        ruler.run(_forward(clock, 2), 1, key=decode)
+        added = ruler._pending[-1][1]
+        assert added == pytest.approx(5.0, abs=1.5)   # 50 % of the step, not of 2 ms
+        ruler.observe_step(10.0 + added, decode)      # the step grew by the ruler's part
+        assert ruler.base_ms[decode] == pytest.approx(10.0, abs=0.01)
+    # another class (a prefill) has its own base: none yet, so nothing added
+    before = ruler.added_ms_total
+    ruler.run(_forward(clock, 2), 1, key=("mixed", 300))
+    assert ruler.added_ms_total == before
+    # an empty step (no forward) folds nothing; a step out of order clears the queue
+    ruler.observe_step(1.0, ())
+    ruler.observe_step(99.0, decode)
+    assert ruler.base_ms[decode] == pytest.approx(10.0, abs=0.01) and not ruler._pending
+
+
+def test_step_classes_keep_decode_sizes_and_bucket_prefill_tokens():
+    assert ss.step_class(("uniform_decode", 9)) != ss.step_class(("uniform_decode", 10))
+    assert ss.step_class(("mixed", 600)) == ss.step_class(("mixed", 1000))
+    assert ss.step_class(("mixed", 600)) != ss.step_class(("mixed", 2048))
+    with pytest.raises(ValueError, match="sized_by"):
+        ss.SlowStep(5, torch.device("cpu"), sized_by="forward")
+
+
+def test_on_the_bundled_engine_the_ruler_is_fed_the_recorded_steps():
+    """slow-step:50 on the CPU engine: after a generation the ruler's base for decode
+    steps is the engine's recorded decode step less the ruler's part (not the forward's
+    time alone), and it slowed those steps by about half of that."""
+    from mrbench.runner_impl import LLM, SamplingParams
+    llm = LLM(runner="v2", faults=["slow-step:50"], max_num_seqs=2)
+    llm.generate(["one two three", "four five six seven"],
+                 SamplingParams(temperature=0.0, max_tokens=24))
+    core = llm.cores[0]
+    ruler = core.runner.slow_step
+    decode = [r for r in core.step_records if r.dispatch_key == ("uniform_decode", 2)]
+    assert len(decode) >= 10 and ruler.slowed_steps >= 10
+    base = ruler.base_ms[("uniform_decode", 2)]
+    measured = sorted((r.t_end - r.t_start) * 1e3 for r in decode)[len(decode) // 2]
+    # the recorded step holds the ruler's third: base ~ measured / 1.5
+    assert 0.5 * measured / 1.5 < base < 1.5 * measured / 1.5
 
 
 def test_the_bundled_v2_runner_takes_the_ruler_and_v1_refuses_it(tmp_path):
