@@ -61,3 +61,7 @@ def print_power(res: dict) -> None:
         gate = "" if c["judged"] else "  (reported, not judged)"
         print(f"{name:<{w}}  {_rate(c['false_alarms'], c['aa_runs']):>12}  {det}  {mde:<7}  "
               f"{pm}{gate}")
+    for p, moved in res.get("realized_pct", {}).items():
+        print(f"slow-step:{p} moved " + ", ".join(f"{m.removesuffix('_ms')} {v:+.1f} %"
+                                                  for m, v in moved.items())
+              + " (median over its runs of the gate's estimate)")

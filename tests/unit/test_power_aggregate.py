@@ -1,0 +1,85 @@
+"""A power study's table from run summaries: clean and ruler runs told apart by the
+candidate's recorded faults, any number of each (a study split over GPU leases), the MDE
+only where every larger size also reached the target, and what each size moved."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mrbench.contract import BadInput
+from mrbench.harness.campaign import aggregate_power, ruler_pct
+from mrbench.harness.suite import load_suite
+
+SUITE = load_suite("gpu-quick:gsm8k")
+
+
+def _summary(faults, flags, delta=0.0):
+    """A run of gpu-quick's gsm8k entry: `flags` names the latency metrics it flagged."""
+    checks = [dict(workload="gsm8k", metric=m, delta=delta, ci=[delta - 0.02, delta + 0.02],
+                   p_value=0.5, threshold="+3% and significant",
+                   verdict="regression" if m in flags else "pass")
+              for m in ("median_step_ms", "p99_step_ms")]
+    return dict(verdict="regression" if flags else "pass", suite="gpu-quick.gsm8k",
+                target="bundled", baseline="v2", candidate="v2", candidate_faults=faults,
+                checks=checks, failures=[], wall_s=70.0)
+
+
+def _runs():
+    clean = [(_summary([], []), 0) for _ in range(4)] + [(_summary([], ["p99_step_ms"]), 1)]
+    at5 = [(_summary(["slow-step:5"], ["median_step_ms"] + (["p99_step_ms"] if i < 3 else []),
+                     0.05 + i / 1000), 1) for i in range(4)]
+    at10 = [(_summary(["slow-step:10"], ["median_step_ms"] + (["p99_step_ms"] if i < 1 else []),
+                      0.10), 1) for i in range(3)]
+    return clean + at5 + at10
+
+
+def test_counts_per_setting_the_mde_and_what_each_size_moved():
+    res = aggregate_power(SUITE, _runs())
+    assert res["pcts"] == [5.0, 10.0] and res["runs_per_plan"] == {"clean": 5, "5": 4, "10": 3}
+    assert res["n"] == 3
+    med, p99 = res["checks"]["gsm8k/median_step_ms"], res["checks"]["gsm8k/p99_step_ms"]
+    assert (med["false_alarms"], med["aa_runs"]) == (0, 5) and med["mde_pct"] == 5
+    d10 = med["detection"]["10"]
+    assert (d10["detected"], d10["runs"], d10["rate"]) == (3, 3, 1.0)
+    assert 0.3 < d10["rate_ci"][0] < 1.0 == d10["rate_ci"][1]
+    # P99: 3/4 at 5 %, 1/3 at 10 %: no size from which every larger one reached 80 %
+    assert p99["false_alarms"] == 1 and p99["detection"]["5"]["rate"] == 0.75
+    assert p99["mde_pct"] is None
+    assert res["realized_pct"]["5"]["median_step_ms"] == pytest.approx(5.15)
+    assert res["realized_pct"]["10"]["median_step_ms"] == pytest.approx(10.0)
+    json.dumps(res, allow_nan=False)            # no NaN where a setting ran nothing
+
+
+def test_a_setting_without_runs_is_not_measured_and_other_faults_are_refused():
+    res = aggregate_power(SUITE, _runs()[:5], pcts=[5.0])
+    d = res["checks"]["gsm8k/median_step_ms"]["detection"]["5"]
+    assert d["runs"] == 0 and d["rate"] is None and d["rate_ci"] is None
+    assert res["checks"]["gsm8k/median_step_ms"]["mde_pct"] is None
+    assert ruler_pct(_summary(["slow-step:7.6"], [])) == 7.6
+    assert ruler_pct(_summary([], [])) is None
+    with pytest.raises(BadInput, match="neither clean"):
+        aggregate_power(SUITE, [(_summary(["seq-lens-sync"], []), 0)])
+    other = dict(_summary([], []), target="vllm")
+    with pytest.raises(BadInput, match="different comparisons"):
+        aggregate_power(SUITE, _runs() + [(other, 0)])
+
+
+def test_the_script_reads_pieces_of_a_study_from_several_directories(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "power_from_runs", Path(__file__).resolve().parents[2] / "scripts" / "power_from_runs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    main = script.main
+    for i, (s, _) in enumerate(_runs()):
+        d = tmp_path / ("lease1" if i % 2 else "lease2") / ".power-x.abc" / f"r{i:02d}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(s))
+    out = tmp_path / "power.json"
+    assert main(["gpu-quick:gsm8k", str(tmp_path / "lease1"), str(tmp_path / "lease2"),
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "clean 5, +5 % 4, +10 % 3" in text and "slow-step:5 moved median_step +5.2 %" in text
+    assert json.loads(out.read_text())["runs_per_plan"]["10"] == 3
+    assert main(["gpu-quick:gsm8k", str(tmp_path / "none")]) == 2
+    assert "no run summary.json" in capsys.readouterr().err
