@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .campaign import fault_status
-from .formatting import fmt_num, fmt_projected_mde
+from .formatting import fmt_num, fmt_projected_mde, fmt_realized
 from .html import environment, fig_to_data_uri, write_atomic
 
 
@@ -70,7 +70,8 @@ def _fmt_detection(d: dict) -> str:
 
 def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
     runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
-    ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, power=None)
+    ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, power=None,
+                     realized=[])
     if kind == "power":
         per = ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} x {v}"
                         for k, v in res["runs_per_plan"].items())
@@ -84,6 +85,7 @@ def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None
                                mde="-" if c["mde_pct"] is None else f"{c['mde_pct']:g} %",
                                proj=fmt_projected_mde(c.get("projection")))
                           for n, c in res["checks"].items()])
+        ctx["realized"] = fmt_realized(res)
     elif kind == "faults":
         ctx.update(title=f"mrbench faults: {res['suite']}",
                    subtitle=f"{res['baseline']} (baseline) vs {res['candidate']} (candidate), "

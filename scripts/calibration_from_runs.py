@@ -2,8 +2,10 @@
 
 `mrbench calibrate` writes calibration.json only when every run is done. A GPU machine taken
 away mid-campaign leaves finished runs behind (`run-NN/summary.json` in the campaign's
-hidden `.NAME.*` directory); this aggregates them the same way (campaign.aggregate_calibration),
-from one or several such directories (several machines' pieces of one study).
+hidden `.NAME.*` directory; a power study's `clean-NN` runs are A/A runs too); this
+aggregates them the same way (campaign.aggregate_calibration), from one or several such
+directories (several machines' pieces of one study). Runs with candidate faults are
+refused: they are not no-change runs.
 
 Usage: python scripts/calibration_from_runs.py SUITE DIR [DIR ...] [--json OUT.json]
 SUITE is what the runs ran (e.g. gpu-quick:gsm8k): it gives the bars the projection uses.
@@ -29,10 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         suite = load_suite(a.suite)
-        files = sorted(f for d in a.dirs for f in d.glob("**/run-*/summary.json"))
+        files = sorted(f for d in a.dirs for f in d.glob("**/summary.json"))
         if not files:
-            raise BadInput(f"no run-*/summary.json under {', '.join(map(str, a.dirs))}")
+            raise BadInput(f"no run summary.json under {', '.join(map(str, a.dirs))}")
         runs = [(json.loads(f.read_text()), 0) for f in files]
+        faulted = [str(f.parent) for f, (s, _) in zip(files, runs) if s.get("candidate_faults")]
+        if faulted:                  # e.g. a power study's ruler runs: not no-change runs
+            raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
+                           f"an A/A study takes clean runs only")
         wanted = {w.id for w in suite.workloads}
         if not any(c["workload"].split(".")[0] in wanted for s, _ in runs for c in s["checks"]):
             raise BadInput(f"the runs are not of suite {a.suite}")

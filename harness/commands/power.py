@@ -9,6 +9,7 @@ from mrbench.contract import BadInput
 
 from ..campaign import power
 from ..errors import EXIT_PASS, EXIT_RUN_FAILED
+from ..formatting import fmt_realized
 from ..results import default_out
 from ..targets.base import get_target
 from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
@@ -61,7 +62,5 @@ def print_power(res: dict) -> None:
         gate = "" if c["judged"] else "  (reported, not judged)"
         print(f"{name:<{w}}  {_rate(c['false_alarms'], c['aa_runs']):>12}  {det}  {mde:<7}  "
               f"{pm}{gate}")
-    for p, moved in res.get("realized_pct", {}).items():
-        print(f"slow-step:{p} moved " + ", ".join(f"{m.removesuffix('_ms')} {v:+.1f} %"
-                                                  for m, v in moved.items())
-              + " (median over its runs of the gate's estimate)")
+    for line in fmt_realized(res):
+        print(f"{line} (median over its runs of the gate's estimate)")

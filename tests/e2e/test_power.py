@@ -37,7 +37,7 @@ def test_power_reports_false_alarms_detection_and_the_mde(tmp_path, capsys):
         assert not [f for f in r["flagged"] if "token_agreement" in f or "accuracy" in f], r
     assert len(list(out.glob("slow200-*/summary.json"))) == 2
     html = (out / "report.html").read_text()
-    assert 'id="power-table"' in html and "power curve" in html
+    assert 'id="power-table"' in html and "power curve" in html and 'id="realized"' in html
     assert "MDE" in capsys.readouterr().out
 
 

@@ -83,3 +83,20 @@ def test_the_script_reads_pieces_of_a_study_from_several_directories(tmp_path, c
     assert json.loads(out.read_text())["runs_per_plan"]["10"] == 3
     assert main(["gpu-quick:gsm8k", str(tmp_path / "none")]) == 2
     assert "no run summary.json" in capsys.readouterr().err
+
+
+def test_the_a_a_script_takes_a_power_studys_clean_runs_and_refuses_its_ruler_runs(
+        tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "calibration_from_runs",
+        Path(__file__).resolve().parents[2] / "scripts" / "calibration_from_runs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for i, (s, _) in enumerate(_runs()):
+        d = tmp_path / ("clean" if not s["candidate_faults"] else "ruler") / f"r{i:02d}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(s))
+    assert script.main(["gpu-quick:gsm8k", str(tmp_path / "clean")]) == 0
+    assert "5 runs of gpu-quick.gsm8k" in capsys.readouterr().out
+    assert script.main(["gpu-quick:gsm8k", str(tmp_path)]) == 2
+    assert "carry candidate faults" in capsys.readouterr().err
