@@ -245,8 +245,8 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
     ran (scripts/power_from_runs.py). Per latency check: false alarms over the clean runs
     that carried it, detections over each PCT's runs that carried it (Wilson 95 % CIs),
     the MDE (smallest PCT detected in >= POWER_TARGET of its runs, as is every larger one),
-    what each PCT moved (realized_pct), and the clean runs'
-    shift-model projection beside it, so the projection can be checked against the ruler."""
+    what each PCT moved (realized_pct), and the clean runs' shift-model projection beside
+    it, so the projection can be checked against the ruler."""
     kinds = {(s.get("suite"), s.get("target"), s.get("baseline"), s.get("candidate"))
              for s, _ in runs}
     if len(kinds) > 1:
@@ -319,7 +319,7 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                 realized_pct=dict(realized),
                 errors=sum(r["verdict"] == "error" for r in rows),
                 method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
-                       f"(PCT % of the candidate's forward time added to each step): a latency "
+                       f"(busy work of PCT % of the candidate's measured step): a latency "
                        f"regression is a detection; settings in turn; MDE: smallest PCT "
                        f"detected in >= {POWER_TARGET:.0%} of its runs, as is every larger "
                        f"one; rates: Wilson 95% CI; "

@@ -56,7 +56,7 @@ def _power_plot(res: dict) -> str | None:
         ys = [np.nan if y is None else y for y in ys]      # a setting that ran no run
         ax.plot(xs, ys, "o-", label=name, alpha=0.8)
     ax.axhline(res["power_target"], color="#999", lw=0.8, ls="--")
-    ax.set_xlabel("slow-step: % of the candidate's forward time added to each step")
+    ax.set_xlabel("slow-step: busy work added, % of the candidate's measured step")
     ax.set_ylabel("share of runs flagged (0 %: false alarms)")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=6, loc="lower right")
