@@ -10,6 +10,7 @@ writes the runs' and the campaign's report.html once the directory is in its pla
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -170,6 +171,31 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
                 max_rate=worst, errors=sum(r["verdict"] == "error" for r in rows),
                 method="every regression verdict of a no-change comparison is a false "
                        "alarm; rate CI: Wilson 95%")
+
+
+def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, dict]]:
+    """Every finished run's (directory, summary) under `dirs`, also inside a campaign's
+    hidden `.NAME.*` directory: the pieces of a study that GPU leases cut off, read back by
+    scripts/calibration_from_runs.py and scripts/power_from_runs.py. BadInput (one line)
+    when there is none, a summary is not JSON, or no run is of `suite`."""
+    files = sorted(f for d in dirs for f in d.glob("**/summary.json"))
+    if not files:
+        raise BadInput(f"no run summary.json under {', '.join(map(str, dirs))}")
+    runs = []
+    for f in files:
+        try:
+            runs.append((f.parent, json.loads(f.read_text())))
+        except json.JSONDecodeError as e:
+            raise BadInput(f"{f}: not JSON ({e})") from None
+    base = suite.name.split(".")[0]          # gpu-quick:gsm8k runs are "gpu-quick.gsm8k"
+    other = sorted({s.get("suite") for _, s in runs
+                    if str(s.get("suite")).split(".")[0] != base})
+    if other:
+        raise BadInput(f"runs of suite {other[0]} are not runs of {suite.name}")
+    wanted = {w.id for w in suite.workloads}
+    if not any(c["workload"].split(".")[0] in wanted for _, s in runs for c in s["checks"]):
+        raise BadInput(f"the runs are not of suite {suite.name}")
+    return runs
 
 
 POWER_TARGET = 0.80       # the detection rate a minimum detectable effect must reach

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from mrbench.contract import BadInput
-from mrbench.harness.campaign import aggregate_power
+from mrbench.harness.campaign import aggregate_power, finished_runs
 from mrbench.harness.commands.power import print_power
 from mrbench.harness.suite import load_suite
 
@@ -32,15 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         suite = load_suite(a.suite)
-        files = sorted(f for d in a.dirs for f in d.glob("**/summary.json"))
-        if not files:
-            raise BadInput(f"no run summary.json under {', '.join(map(str, a.dirs))}")
-        runs = [(json.loads(f.read_text()), 0) for f in files]
-        wanted = {w.id for w in suite.workloads}
-        if not any(c["workload"].split(".")[0] in wanted for s, _ in runs for c in s["checks"]):
-            raise BadInput(f"the runs are not of suite {a.suite}")
-        res = aggregate_power(suite, runs)
-    except (BadInput, json.JSONDecodeError) as e:
+        res = aggregate_power(suite, [(s, 0) for _, s in finished_runs(a.dirs, suite)])
+    except BadInput as e:
         print(f"power_from_runs: {e}", file=sys.stderr)
         return 2
     print_power(res)

@@ -83,6 +83,8 @@ def test_the_script_reads_pieces_of_a_study_from_several_directories(tmp_path, c
     assert json.loads(out.read_text())["runs_per_plan"]["10"] == 3
     assert main(["gpu-quick:gsm8k", str(tmp_path / "none")]) == 2
     assert "no run summary.json" in capsys.readouterr().err
+    assert main(["quick", str(tmp_path / "lease1")]) == 2       # same entry id, other suite
+    assert "not runs of quick" in capsys.readouterr().err
 
 
 def test_the_a_a_script_takes_a_power_studys_clean_runs_and_refuses_its_ruler_runs(
