@@ -26,6 +26,9 @@
 #            limit); a cut-off run keeps its progress lines (which workload, which side,
 #            elapsed) in nightly.stderr
 # Data: MRBENCH_DATA_DIR, default ./.gpudata (carry it: GSM8K and the Mooncake trace).
+# Provenance: set MRBENCH_GIT_SHA to the sender's `git rev-parse HEAD` in the device command
+#   (the lent machine's copy of the tree carried a .git of the session's first commit on
+#   2026-11-25, so results recorded that sha, dirty); env.txt says which one was used.
 # CPUs: every command runs with --pin-cpus PIN_CPUS (default 4; PIN_CPUS= turns it off): the
 #   bundled step is host-bound on the GPU, and one fixed CPU steadies it (docs/detection-power.md).
 set -uo pipefail
@@ -37,7 +40,9 @@ mkdir -p "$out/runs"
 export MRBENCH_DATA_DIR=$(realpath -m "${MRBENCH_DATA_DIR:-.gpudata}")
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  $py -c "import torch; print('torch', torch.__version__)"; nproc; git rev-parse HEAD 2>/dev/null
+  $py -c "import torch; print('torch', torch.__version__)"; nproc
+  echo "git: MRBENCH_GIT_SHA=${MRBENCH_GIT_SHA:-unset}," \
+       "the copy's HEAD $(git rev-parse HEAD 2>/dev/null)"
 } > "$out/env.txt" 2>&1
 cat "$out/env.txt"
 
