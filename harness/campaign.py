@@ -332,7 +332,7 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
     # what the ruler moved, in the gate's own estimate: a nominal PCT is a share of a
     # measured time, and the step's response to it is measured here, not assumed
     realized: dict[str, dict[str, float]] = defaultdict(dict)
-    for metric in ("median_step_ms", "median_tpot_ms"):
+    for metric in ("median_step_ms", "median_tpot_ms", "p99_step_ms", "p99_itl_ms"):
         for p in pcts:
             d = [c["delta"] for (s, _), q in zip(runs, plans) if q == p for c in s["checks"]
                  if c["metric"] == metric and c.get("delta") is not None]
@@ -350,7 +350,7 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                        f"detected in >= {POWER_TARGET:.0%} of its runs, as is every larger "
                        f"one; rates: Wilson 95% CI; "
                        f"projection: the clean runs' shift model; realized_pct: the median "
-                       f"over a PCT's runs of the gate's median step / TPOT estimate (%)")
+                       f"over a PCT's runs of the gate's estimate, per median and P99 check (%)")
 
 
 def fmt_rate(c: dict) -> str:

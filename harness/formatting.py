@@ -89,8 +89,8 @@ def fmt_projected_mde(proj: dict | None) -> str:
 
 
 def fmt_realized(res: dict) -> list[str]:
-    """A power study's `realized_pct` as lines: what each ruler size moved the median
-    step and TPOT by ('slow-step:5 moved median_step +5.7 %, median_tpot +5.4 %')."""
+    """A power study's `realized_pct` as lines: what each ruler size moved the medians
+    and P99s by ('slow-step:5 moved median_step +5.7 %, median_tpot +5.4 %, ...')."""
     return [f"slow-step:{p} moved " + ", ".join(f"{m.removesuffix('_ms')} {v:+.1f} %"
                                                 for m, v in moved.items())
             for p, moved in res.get("realized_pct", {}).items()]
