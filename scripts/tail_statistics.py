@@ -1,0 +1,123 @@
+"""Which tail statistic of the step time could meet the P99 goal: alternatives judged offline
+on stored runs, next to the gate's own per-wave P99.
+
+The gate judges `p99_step_ms` per ABBA wave (each wave's P99 ratio, signed-rank over the
+waves). With ~200 steps a wave a per-wave P99 is about the 2nd-largest step, so it is
+noisy. This re-judges the same runs' `steps.csv` with other statistics, each with the gate's
+own machinery (harness.stats) and bar, and tallies, per plan (clean, or the candidate's
+slow-step size), how often each flagged and what it estimated:
+- `wave P99`: the gate's test (per-wave P99 log ratios, Wilcoxon signed-rank, HL estimate);
+- `wave P99 (Harrell-Davis)`: the same test on each wave's Harrell-Davis P99 (a weighted
+  mean of all order statistics, scipy.stats.mstats.hdquantiles);
+- `wave P90`, `wave P95`: the same test on a lower quantile;
+- `pooled P99 (wave bootstrap)`: one P99 over all steps a side, CI by resampling whole
+  waves (stats.ratio_percentile_ci_wave_bootstrap), decided by the CI's lower bound.
+A clean run's flag is a false alarm; a ruler run's a detection. Judged on the same runs
+that suggest it, so a winner here still needs its own A/A and ruler study.
+
+Usage: python scripts/tail_statistics.py [--bar 0.05] [--alpha 0.05] RUN_DIR [RUN_DIR ...]
+(each RUN_DIR holds finished runs: summary.json and steps.csv, e.g. a power study's pieces)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats.mstats import hdquantiles
+
+from mrbench.harness import stats
+
+MIN_WAVES = 6
+
+
+def _hd(x: np.ndarray, q: float) -> float:
+    """Harrell-Davis estimate of the q-th percentile: a Beta-weighted mean of all order
+    statistics, steadier than one or two of them for a tail quantile of a small sample."""
+    return float(hdquantiles(x, prob=[q / 100])[0])
+
+
+def _blocked(bw: dict, cw: dict, q: float, bar: float, alpha: float,
+             quantile=np.percentile) -> tuple[float, bool]:
+    waves = sorted(set(bw) & set(cw))
+    logr = np.log([quantile(cw[w], q) / quantile(bw[w], q) for w in waves])
+    hl = stats.hodges_lehmann_ci_signed_rank(logr, level=1 - 2 * alpha)
+    p = stats.wilcoxon_signed_rank(logr, alternative="greater").p_value
+    rel = math.expm1(hl.estimate)
+    return rel, bool(p < alpha and rel > bar)
+
+
+def _pooled(bw: dict, cw: dict, q: float, bar: float, alpha: float) -> tuple[float, bool]:
+    waves = sorted(set(bw) & set(cw))
+    ci = stats.ratio_percentile_ci_wave_bootstrap([bw[w] for w in waves],
+                                                  [cw[w] for w in waves], q,
+                                                  level=1 - 2 * alpha, n_boot=1000)
+    return ci.estimate, bool(ci.lo > 0 and ci.estimate > bar)
+
+
+STATISTICS = {
+    "wave P99 (the gate)": lambda b, c, bar, a: _blocked(b, c, 99, bar, a),
+    "wave P99 (Harrell-Davis)": lambda b, c, bar, a: _blocked(b, c, 99, bar, a, _hd),
+    "wave P95": lambda b, c, bar, a: _blocked(b, c, 95, bar, a),
+    "wave P90": lambda b, c, bar, a: _blocked(b, c, 90, bar, a),
+    "pooled P99 (wave bootstrap)": lambda b, c, bar, a: _pooled(b, c, 99, bar, a),
+}
+
+
+def plan_of(summary: dict) -> str:
+    faults = summary.get("candidate_faults") or []
+    return "clean" if not faults else ",".join(faults)
+
+
+def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, bool]]:
+    steps = pd.read_csv(run / "steps.csv", usecols=["side", "wave", "duration_ms"])
+    per = {side: {int(w): g["duration_ms"].to_numpy(float) for w, g in df.groupby("wave")}
+           for side, df in steps.groupby("side")}
+    if len(set(per.get("baseline", {})) & set(per.get("candidate", {}))) < MIN_WAVES:
+        raise ValueError(f"{run}: fewer than {MIN_WAVES} shared waves")
+    return {name: f(per["baseline"], per["candidate"], bar, alpha)
+            for name, f in STATISTICS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dirs", nargs="+", type=Path)
+    p.add_argument("--bar", type=float, default=0.05, help="relative bar (gpu-quick: 0.05)")
+    p.add_argument("--alpha", type=float, default=0.05)
+    a = p.parse_args(argv)
+    runs = sorted({f.parent for d in a.dirs for f in d.glob("**/steps.csv")
+                   if (f.parent / "summary.json").is_file()})
+    if not runs:
+        print(f"tail_statistics: no run with steps.csv and summary.json under "
+              f"{', '.join(map(str, a.dirs))}", file=sys.stderr)
+        return 2
+    tally: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
+    for i, run in enumerate(runs, 1):
+        plan = plan_of(json.loads((run / "summary.json").read_text()))
+        print(f"[{i}/{len(runs)}] {run} ({plan})", file=sys.stderr, flush=True)
+        try:
+            for name, res in judge_run(run, a.bar, a.alpha).items():
+                tally[(plan, name)].append(res)
+        except (ValueError, KeyError) as e:
+            print(f"  skipped: {e}", file=sys.stderr)
+    plans = sorted({k[0] for k in tally}, key=lambda s: (s != "clean", s))
+    print(f"bar +{a.bar:.0%}, alpha {a.alpha}; per plan: flagged/runs (median estimate)")
+    print(f"{'statistic':<30}" + "".join(f"{pl:>22}" for pl in plans))
+    for name in STATISTICS:
+        cells = []
+        for pl in plans:
+            res = tally.get((pl, name), [])
+            hits = sum(f for _, f in res)
+            est = np.median([e for e, _ in res]) if res else float("nan")
+            cells.append(f"{hits}/{len(res)} ({est:+.1%})")
+        print(f"{name:<30}" + "".join(f"{c:>22}" for c in cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

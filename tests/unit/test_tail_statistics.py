@@ -1,0 +1,45 @@
+"""scripts/tail_statistics.py: alternative tail statistics re-judged from stored runs' step
+tables: a planted uniform slowdown is flagged by every statistic, a no-change run by none,
+and runs are tallied by the candidate's recorded faults."""
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+spec = importlib.util.spec_from_file_location(
+    "tail_statistics", Path(__file__).resolve().parents[2] / "scripts" / "tail_statistics.py")
+tail_statistics = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tail_statistics)
+
+
+def _run(path: Path, slow: float, faults: list[str], seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for wave in range(12):
+        level = rng.lognormal(0, 0.02)          # a small per-wave level, shared by both sides
+        for side, factor in (("baseline", 1.0), ("candidate", 1.0 + slow)):
+            for d in rng.lognormal(np.log(0.5), 0.2, size=200) * level * factor:
+                rows.append(dict(side=side, wave=wave, duration_ms=d))
+    path.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(path / "steps.csv", index=False)
+    (path / "summary.json").write_text(json.dumps(dict(candidate_faults=faults)))
+    return path
+
+
+def test_a_planted_slowdown_is_flagged_by_every_statistic_and_no_change_by_none(tmp_path):
+    slow = tail_statistics.judge_run(_run(tmp_path / "s", 0.30, ["slow-step:30"], 1), 0.05, 0.05)
+    same = tail_statistics.judge_run(_run(tmp_path / "c", 0.0, [], 2), 0.05, 0.05)
+    assert set(slow) == set(tail_statistics.STATISTICS)
+    assert all(flag and est > 0.15 for est, flag in slow.values()), slow
+    assert not any(flag for _, flag in same.values()), same
+
+
+def test_the_table_tallies_runs_by_plan(tmp_path, capsys):
+    _run(tmp_path / "a" / "clean-00", 0.0, [], 3)
+    _run(tmp_path / "a" / "slow30-00", 0.30, ["slow-step:30"], 4)
+    assert tail_statistics.main([str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "clean" in out and "slow-step:30" in out and "0/1" in out and "1/1" in out
+    assert tail_statistics.main([str(tmp_path / "none")]) == 2
