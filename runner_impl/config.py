@@ -73,6 +73,12 @@ class EngineConfig:
                                       or self.pd_disagg):
             raise RunnerError("async_scheduling needs runner 'v2', num_speculative_tokens=0 "
                               "and no pd_disagg")
+        if self.async_scheduling and self.faults.slow_step_pct:
+            # the ruler is a share of the step record, and under async scheduling a record
+            # also spans the next step's queueing (and its busy work): it would compound
+            raise RunnerError("slow-step:PCT runs without async_scheduling (it is sized by "
+                              "the engine's step record, which async scheduling stretches "
+                              "over the next step)")
         if self.model is not None and not Path(self.model).exists():
             raise RunnerError(f"model path does not exist: {self.model}")
 

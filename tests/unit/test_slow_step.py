@@ -114,3 +114,6 @@ def test_the_bundled_v2_runner_takes_the_ruler_and_v1_refuses_it(tmp_path):
     assert runner.slow_step is not None and runner.slow_step.frac == pytest.approx(0.2)
     with pytest.raises(RunnerError, match="only in the v2 runner"):
         LLM(runner="v1", faults=["slow-step:20"], max_num_seqs=2)
+    # a step record under async scheduling also spans the next step's busy work
+    with pytest.raises(RunnerError, match="without async_scheduling"):
+        LLM(runner="v2", faults=["slow-step:20"], max_num_seqs=2, async_scheduling=True)
