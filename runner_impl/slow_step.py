@@ -27,7 +27,6 @@ the step by about 14 % at any PCT (slow-step:5 and :7.6 alike), docs/detection-p
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any, Callable, Hashable
 
 import torch
@@ -55,9 +54,9 @@ class SlowStep:
         # per step class: the average step (or call) time without the ruler, in ms; the
         # truth is what observe_step (or the call's own clock) measured
         self.base_ms: dict[Hashable, float] = {}
-        # the ruler's busy time per slowed step not yet observed, oldest first (async
-        # scheduling observes step n after queueing step n + 1)
-        self._pending: deque[tuple[Hashable, float]] = deque(maxlen=8)
+        # the class and busy time of the step under way, until the engine observes it
+        # (the engine refuses the ruler with async scheduling, so there is one at a time)
+        self._unobserved: tuple[Hashable, float] | None = None
         self.added_ms_total = 0.0                    # all busy time added, for tests/logs
         self.slowed_steps = 0
         self._cycles_per_ms: float | None = None     # the spin kernel's clock (CUDA)
@@ -81,20 +80,18 @@ class SlowStep:
         if self.sized_by == "call":
             self._fold(cls, (t1 - t0) * 1e3)
         else:
-            self._pending.append((cls, added))
+            self._unobserved = (cls, added)
         return out
 
     def observe_step(self, duration_ms: float, key: tuple) -> None:
         """The engine's measured step (sized_by="step"): folded into its class's average
         less the busy time the ruler added to it. A step that ran no forward (an empty
         key) is not one the ruler saw."""
-        if not key or not self._pending:
+        if not key or self._unobserved is None:
             return
-        cls, added = self._pending.popleft()
-        if cls != step_class(key):                   # out of step: start over, fold nothing
-            self._pending.clear()
-            return
-        self._fold(cls, duration_ms - added)
+        (cls, added), self._unobserved = self._unobserved, None
+        if cls == step_class(key):                   # else out of step: fold nothing
+            self._fold(cls, duration_ms - added)
 
     def _fold(self, cls: Hashable, ms: float) -> None:
         if ms > 0:

@@ -65,10 +65,11 @@ class EngineCore:
         self.step_callbacks: list[Callable[["EngineCore", SchedulerOutput, ModelRunnerOutput], None]] = []
         ruler = getattr(self.runner, "slow_step", None)
         if ruler is not None:        # the slow-step ruler is a share of the step measured here
-            self.step_callbacks.append(
-                lambda core, sched, out: ruler.observe_step(
-                    (core.step_records[-1].t_end - core.step_records[-1].t_start) * 1e3,
-                    core.step_records[-1].dispatch_key))
+            def feed_ruler(core: "EngineCore", sched: SchedulerOutput,
+                           out: ModelRunnerOutput) -> None:
+                rec = core.step_records[-1]
+                ruler.observe_step((rec.t_end - rec.t_start) * 1e3, rec.dispatch_key)
+            self.step_callbacks.append(feed_ruler)
 
     def warmup(self) -> None:
         run_warmup(self)

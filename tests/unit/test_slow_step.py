@@ -67,7 +67,7 @@ def test_sized_by_step_the_spin_is_pct_of_the_measured_step_less_its_own_part(mo
     assert ruler.base_ms[decode] == pytest.approx(10.0)
     for _ in range(5):
         ruler.run(_forward(clock, 2), 1, key=decode)
-        added = ruler._pending[-1][1]
+        added = ruler._unobserved[1]
         assert added == pytest.approx(5.0, abs=1.5)   # 50 % of the step, not of 2 ms
         ruler.observe_step(10.0 + added, decode)      # the step grew by the ruler's part
         assert ruler.base_ms[decode] == pytest.approx(10.0, abs=0.01)
@@ -75,10 +75,14 @@ def test_sized_by_step_the_spin_is_pct_of_the_measured_step_less_its_own_part(mo
     before = ruler.added_ms_total
     ruler.run(_forward(clock, 2), 1, key=("mixed", 300))
     assert ruler.added_ms_total == before
-    # an empty step (no forward) folds nothing; a step out of order clears the queue
+    # an empty step (no forward) folds nothing, nor does a step of another class than the
+    # forward's, nor a second observation of one forward
     ruler.observe_step(1.0, ())
-    ruler.observe_step(99.0, decode)
-    assert ruler.base_ms[decode] == pytest.approx(10.0, abs=0.01) and not ruler._pending
+    ruler.observe_step(99.0, decode)                 # no forward since the last observation
+    ruler.run(_forward(clock, 2), 1, key=decode)
+    ruler.observe_step(99.0, ("mixed", 300))         # not the forward's class
+    ruler.observe_step(99.0, decode)                 # that forward was already observed
+    assert ruler.base_ms[decode] == pytest.approx(10.0, abs=0.01) and ruler._unobserved is None
 
 
 def test_step_classes_keep_decode_sizes_and_bucket_prefill_tokens():
