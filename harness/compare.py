@@ -15,6 +15,7 @@ import numpy as np
 from mrbench.contract import SideResult
 
 from . import stats
+from .canary import SLOW as MACHINE_SLOW
 from .collectors import prefill_chunks
 from .collectors.agreement import first_divergence
 from .phases import HOT_PHASES
@@ -128,6 +129,46 @@ def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int
     return min(len(samples), sum(1 for s in side.steps if s.get("wave") == wave))
 
 
+def _machine_slow(side: SideResult) -> dict[int, float] | None:
+    """Wave -> the slowest the canary saw the machine during this side's steps of it
+    (harness/canary.py); None where the run had no canary."""
+    out: dict[int, float] = {}
+    for r in side.steps:
+        x, w = r.get("machine_slow"), r.get("wave")
+        if x is None or w is None or (isinstance(x, float) and math.isnan(x)):
+            continue
+        out[int(w)] = max(out.get(int(w), 0.0), float(x))
+    return out or None
+
+
+def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alpha: float
+                      ) -> tuple[list[int], str]:
+    """The waves a per-wave latency test may use, and a note saying what was left out.
+
+    A wave in which the canary saw the machine itself run slow (>= MACHINE_SLOW times its
+    usual chunk) on either side is not evidence about the runners: its P99 is the machine's
+    burst (docs/detection-power.md, "Bursts"). Such waves are left out, unless the
+    candidate's waves were disturbed more often than the baseline's (one-sided exact sign
+    test on the waves disturbed on one side only, at `alpha`): then the disturbance may be
+    the candidate's own doing (a host-side storm it causes), and every wave is kept."""
+    mb, mc = _machine_slow(base), _machine_slow(cand)
+    if mb is None or mc is None:
+        return waves, ""
+    db = {w for w in waves if mb.get(w, 0.0) >= MACHINE_SLOW}
+    dc = {w for w in waves if mc.get(w, 0.0) >= MACHINE_SLOW}
+    if not db | dc:
+        return waves, f"; canary: the machine ran at its usual speed in all {len(waves)} waves"
+    guard = stats.sign_test_exact(len(dc - db), len(db - dc), alternative="greater")
+    if guard.p_value < alpha:
+        return waves, (f"; canary: the machine ran slow in {len(dc)} of the candidate's waves "
+                       f"and {len(db)} of the baseline's (p = {guard.p_value:.2g}, "
+                       f"{guard.method}): possibly the candidate's doing, so all waves kept")
+    kept = [w for w in waves if w not in db | dc]
+    return kept, (f"; canary: {len(db | dc)} of {len(waves)} waves left out, the machine "
+                  f"ran >= {MACHINE_SLOW:g}x slow in them (baseline {len(db)}, "
+                  f"candidate {len(dc)})")
+
+
 def _order_note(cand: SideResult, table: str, waves: list[int], logr: np.ndarray,
                 level: float) -> str:
     """The run-order diagnostic of a blocked latency check, for its note (not its verdict).
@@ -197,6 +238,11 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     waves = sorted(w for w in set(bw) & set(cw)
                    if min(_wave_n(base, table, w, bw[w]), _wave_n(cand, table, w, cw[w]))
                    >= MIN_PER_WAVE[q])
+    usable = len(waves)
+    waves, canary_note = undisturbed_waves(base, cand, waves, th.alpha)
+    if len(waves) < MIN_WAVES <= usable:
+        return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None, thr,
+                     "-", "info", f"not measured: under {MIN_WAVES} waves left{canary_note}")
     if len(waves) >= MIN_WAVES:
         logr = np.log([stats.percentile(cw[w], q) / stats.percentile(bw[w], q)
                        for w in waves])
@@ -205,7 +251,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         rel, lo, hi = (math.expm1(x) for x in (hl.estimate, hl.lo, hl.hi))
         note = (f"pooled {name} {bp:.3g} -> {cp:.3g} ms; waves with a higher candidate "
                 f"{name}: {int((logr > 0).sum())}/{len(waves)}"
-                f"{_order_note(cand, table, waves, logr, level)}")
+                f"{_order_note(cand, table, waves, logr, level)}{canary_note}")
         if rel_min is None:
             verdict, note = "info", f"reported, not gated: the suite sets no median_rel; {note}"
         else:
@@ -217,7 +263,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None, thr,
                      "-", "info", f"{len(waves)} usable waves (>= {MIN_PER_WAVE[q]} samples "
                      f"each): a median is judged per ABBA wave only, >= {MIN_WAVES} waves; "
-                     "reported, not judged")
+                     f"reported, not judged{canary_note}")
     n_min = stats.min_samples_percentile_ci(q, level)
     n_eff = min(_effective_n(base, table, b), _effective_n(cand, table, c))
     if n_eff < n_min:

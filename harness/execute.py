@@ -16,9 +16,11 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, replace
 
+import numpy as np
+
 from mrbench.contract import Batch, Completion, Session, SideFailure, SideResult, TimedPrompt
 
-from . import progress
+from . import canary, progress
 from .collectors.latency import inter_token_latencies, request_latency, step_rows
 from .collectors.profiler import count_per_step, profiled
 
@@ -157,8 +159,14 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
         for row in res.requests[lo:hi] + res.itl[n_itl:]:
             row["wave"], row["wave_pos"] = w, pos
         comps[side].extend(cs)
-        res.steps.extend(dict(r, wave=w, wave_pos=pos)
-                         for r in step_rows(sessions[side].steps()))
+        rows = step_rows(sessions[side].steps())
+        watch = canary.current()
+        if watch is not None and rows:     # how slow the machine itself ran in each step
+            t0 = np.array([r["t_start_s"] for r in rows])
+            slow = watch.machine_slow(t0, t0 + np.array([r["duration_ms"] for r in rows]) / 1e3)
+            for r, x in zip(rows, slow):
+                r["machine_slow"] = float(x)
+        res.steps.extend(dict(r, wave=w, wave_pos=pos) for r in rows)
         for k, v in sessions[side].counters().items():
             res.counters[k] = res.counters.get(k, 0) + v
 

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +33,7 @@ import torch
 
 from mrbench.contract import BadInput, SideResult
 
+from . import canary
 from .affinity import current_affinity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,6 +90,9 @@ def environment() -> dict[str, Any]:
                cpu_count=os.cpu_count(), cpu_affinity=current_affinity(),
                torch_threads=torch.get_num_threads(),
                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+    watch = canary.current()
+    if watch is not None:
+        dev["canary"] = asdict(watch.info)
     return dict(python=sys.version.split()[0], versions=versions, git_sha=sha, git_dirty=dirty,
                 device=dev, argv=sys.argv, created=datetime.now(timezone.utc).isoformat())
 

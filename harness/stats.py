@@ -506,6 +506,17 @@ def mcnemar_exact(base_correct: ArrayLike, cand_correct: ArrayLike) -> TestResul
     return TestResult(float(b - c), min(1.0, p), method)
 
 
+def sign_test_exact(k_plus: int, k_minus: int, alternative: str = "greater") -> TestResult:
+    """Exact sign test: of k_plus + k_minus discordant pairs, is "plus" more (less, either)
+    frequent than a fair coin gives? p = binomtest(k_plus, k_plus + k_minus, 0.5); 1 when
+    there are no discordant pairs. statistic = k_plus - k_minus."""
+    method = f"exact sign test (binomial on discordant pairs, {alternative})"
+    if k_plus + k_minus == 0:
+        return TestResult(0.0, 1.0, method)
+    p = float(_st.binomtest(k_plus, k_plus + k_minus, 0.5, alternative=alternative).pvalue)
+    return TestResult(float(k_plus - k_minus), min(1.0, p), method)
+
+
 def proportion_ci_wilson(successes: int, n: int, level: float = 0.95) -> Interval:
     """Wilson score CI for a binomial proportion (accuracy).
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from mrbench.contract import BadInput
 from mrbench.workloads import workloads as known_workloads
 
+from .. import canary
 from ..affinity import pin_cpus
 from ..formatting import fmt_num, fmt_p
 from ..orchestrate import Isolation, Overrides
@@ -52,6 +53,11 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                         "4,5, 2-3); the sides alternate, so one CPU is enough for the "
                         "bundled target on a GPU and steadies its host-bound step time "
                         "(docs/detection-power.md); recorded in every result")
+    p.add_argument("--canary-cpu", metavar="CPU",
+                   help="with --pin-cpus: run a spin-loop canary on this other CPU, so that "
+                        "waves in which the machine itself ran slow are told apart and left "
+                        "out of the per-wave latency tests (harness/canary.py; for virtual "
+                        "GPU machines)")
     p.add_argument("--in-process", action="store_true",
                    help="run engines in this process (debugging; a crash or hang of an "
                         "engine then ends the run)")
@@ -75,7 +81,9 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
     """The engine isolation settings of --in-process, --timeout, --gpu-memory-utilization
     (and --vllm-sync-check, which the vllm target reads from the environment). --pin-cpus
     takes effect here, on this process, before any engine process is spawned: they inherit
-    it."""
+    it. --canary-cpu starts its canary here, before the pin."""
+    if a.canary_cpu is not None:       # first: it needs a CPU outside the engines' pin
+        canary.start(a.canary_cpu, a.pin_cpus)
     if a.pin_cpus:
         pin_cpus(a.pin_cpus)
     if a.vllm_sync_check:             # read by the vllm target in each engine process

@@ -72,6 +72,7 @@ from mrbench.runner_impl.default_model import (
     DEFAULT_MODEL_DIR,
     default_model_dir,
 )
+from mrbench.runner_impl.thread_clock import thread_clock
 
 from .. import phases
 from . import open_loop, vllm_dispatch, vllm_faults, vllm_ruler
@@ -403,6 +404,7 @@ class VllmSession:
                                f"than spin")
 
     def _step_engine(self, e: VllmEngine) -> bool:
+        clock0 = thread_clock()     # in-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0)
         t0 = time.perf_counter()
         try:
             with self._watchdog.stepping(f"{self.side.target}:{self.side.runner} "
@@ -415,6 +417,7 @@ class VllmSession:
             raise RuntimeError(f"the PD pair's {e.instance} engine failed in a step: "
                                f"{type(ex).__name__}: {ex}") from ex
         t1 = time.perf_counter()
+        clock = thread_clock().since(clock0)
         self._sync_steps += 1
         if self.pd:
             self._attribute_transfer(e, vllm_kv_connector().take_transfer_s())
@@ -423,7 +426,7 @@ class VllmSession:
         if ran:
             self._steps.append(Step(e.instance, len(self._steps), t0, t1,
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
-                                    e.kind(s)))
+                                    e.kind(s), *clock))
             if self.auditing:               # outside the step range: the read is not counted
                 a = e.audit(len(self._steps) - 1, self.options.num_speculative_tokens)
                 if a is not None:

@@ -82,6 +82,13 @@ class Step:
     num_reqs: int
     num_tokens: int
     kind: str                            # dispatch class, e.g. "uniform_decode" / "mixed"
+    # The stepping thread's clock over the step, where the target can read it (None
+    # otherwise): CPU time, and the context switches the OS forced (involuntary) and the
+    # thread made (voluntary). Wall time minus CPU time is time off the CPU; with
+    # involuntary switches, something else had the CPU (docs/detection-power.md, "Bursts").
+    cpu_ms: float | None = None
+    invol_switches: int | None = None
+    vol_switches: int | None = None
 
 
 @dataclass

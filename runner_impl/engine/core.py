@@ -9,6 +9,7 @@ import torch
 
 from ..config import EngineConfig
 from ..model.llama import LlamaForCausalLM, allocate_kv_cache
+from ..thread_clock import ThreadClock, thread_clock
 from .block_manager import BlockAllocator, cdiv
 from .outputs import ModelRunnerOutput, SchedulerOutput
 from .request import Request
@@ -26,6 +27,11 @@ class StepRecord:
     num_tokens: int
     num_new_reqs: int
     dispatch_key: tuple
+    # The stepping thread's own clock over the step (thread_clock()); None under async
+    # scheduling, where a step's record spans other steps' host work.
+    cpu_ms: float | None = None          # CPU time the thread spent in the step
+    invol_switches: int | None = None    # times the OS took the CPU from it (preempted)
+    vol_switches: int | None = None      # times it gave the CPU up (waited: device, lock, GIL)
 
 
 class EngineCore:
@@ -83,10 +89,11 @@ class EngineCore:
         scheduling: in the step before it, whose output this one waits for)."""
         if self.cfg.async_scheduling:
             return self._step_async()
+        clock0 = thread_clock()
         t0 = time.perf_counter()
         sched = self.scheduler.schedule(now=t0)
         out = self.runner.execute_model(sched)
-        return self._complete(t0, sched, out)
+        return self._complete(t0, sched, out, clock0)
 
     def _step_async(self) -> list[Request]:
         """Schedule and queue step n+1, then wait for step n and process its output, so
@@ -103,12 +110,17 @@ class EngineCore:
             finished += self._complete(t0, sched, queued[2].get())
         return finished
 
-    def _complete(self, t0: float, sched: SchedulerOutput, out: ModelRunnerOutput) -> list[Request]:
+    def _complete(self, t0: float, sched: SchedulerOutput, out: ModelRunnerOutput,
+                  clock0: ThreadClock | None = None) -> list[Request]:
         t1 = time.perf_counter()
+        clock1 = thread_clock() if clock0 is not None else None
         finished = self.scheduler.update_from_output(sched, out, t1)
-        self.step_records.append(StepRecord(
+        rec = StepRecord(
             self.name, len(self.step_records), t0, t1, len(out.req_ids),
-            sched.total_num_scheduled_tokens, len(sched.scheduled_new_reqs), out.dispatch_key))
+            sched.total_num_scheduled_tokens, len(sched.scheduled_new_reqs), out.dispatch_key)
+        if clock1 is not None:
+            rec.cpu_ms, rec.invol_switches, rec.vol_switches = clock1.since(clock0)
+        self.step_records.append(rec)
         for cb in self.step_callbacks:
             cb(self, sched, out)
         return finished

@@ -30,7 +30,9 @@
 #   (the lent machine's copy of the tree carried a .git of the session's first commit on
 #   2026-11-25, so results recorded that sha, dirty); env.txt says which one was used.
 # CPUs: every command runs with --pin-cpus PIN_CPUS (default 4; PIN_CPUS= turns it off): the
-#   bundled step is host-bound on the GPU, and one fixed CPU steadies it (docs/detection-power.md).
+#   bundled step is host-bound on the GPU, and one fixed CPU steadies it (docs/detection-power.md);
+#   and with --canary-cpu CANARY_CPU (default 5; CANARY_CPU= turns it off): the spin-loop
+#   canary that marks the waves in which the virtual machine itself ran slow.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: bundled_power.sh OUT_DIR [STEPS]}")
@@ -52,6 +54,7 @@ step() {                       # step NAME ARGS...: one mrbench command, timed
   [[ $name == nightly && -n ${NIGHTLY_TIMEOUT:-} ]] && limit=(timeout -s INT "$NIGHTLY_TIMEOUT")
   local pin=()
   [[ -n ${PIN_CPUS-4} ]] && pin=(--pin-cpus "${PIN_CPUS-4}")
+  [[ -n ${PIN_CPUS-4} && -n ${CANARY_CPU-5} ]] && pin+=(--canary-cpu "${CANARY_CPU-5}")
   "${limit[@]}" $py -m mrbench "$@" --device cuda "${pin[@]}" --out "$out/runs/$name" \
       > "$out/$name.stdout" 2> "$out/$name.stderr"
   local rc=$?

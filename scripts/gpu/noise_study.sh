@@ -15,6 +15,11 @@
 #   aa16pin1, aa16pin2, longpin: aa16 (long) with every mrbench process (the harness and both
 #          engines) on one fixed CPU (PIN1, default 4) or two (PIN2, default 4,5) with
 #          --pin-cpus (the 2026-11-25 figures were taken with taskset, the same affinity)
+#   bursts `calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n NOISE_N_BURSTS` (default
+#          3) on PIN1 while scripts/gpu/cpu_probe.py, on CPU PROBE_CPU (default 0), samples
+#          who else ran on PIN1 into OUT_DIR/probe.jsonl, with a thread listing mid-run in
+#          OUT_DIR/threads.txt: what the 5-8 ms step bursts are (docs/detection-power.md,
+#          "Bursts"); the steps' own clocks are in each run's steps.csv
 #   vllm   `run gpu-quick:gsm8k --target vllm --baseline v2 --candidate v2
 #          --fault slow-step:100` (the sync-in-sample lead of 2026-11-24)
 set -uo pipefail
@@ -73,6 +78,18 @@ step() {                       # step NAME ARGS...: one mrbench command, timed
     --candidate v2 -n "$n"
 [[ $steps == *,longpin,* ]] && step longpin calibrate "$(suite long 16 1024)" --baseline v2 \
     --candidate v2 -n "${NOISE_N_LONG:-4}"
+if [[ $steps == *,bursts,* ]]; then
+  taskset -c "${PROBE_CPU:-0}" $py scripts/gpu/cpu_probe.py "${PIN1:-4}" "$out/probe.jsonl" &
+  probe=$!
+  (sleep 60; ps -eLo pid,tid,psr,cls,rtprio,ni,pcpu,stat,comm > "$out/threads.txt"
+   for t in /proc/[0-9]*/task/[0-9]*; do
+     printf '%s %s %s\n' "${t#/proc/}" "$(taskset -pc "${t##*/}" 2>/dev/null | cut -d: -f2)" \
+         "$(cat "$t/comm" 2>/dev/null)"; done > "$out/affinity.txt") &
+  cat /proc/interrupts > "$out/interrupts0.txt"
+  step burstspin1 calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n "${NOISE_N_BURSTS:-3}"
+  cat /proc/interrupts > "$out/interrupts1.txt"
+  kill "$probe"
+fi
 [[ $steps == *,vllm,* ]] && step vllm-slow100 run gpu-quick:gsm8k --target vllm --baseline v2 \
     --candidate v2 --fault slow-step:100
 echo "done" >> "$out/timings.txt"

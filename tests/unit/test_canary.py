@@ -1,0 +1,137 @@
+"""The canary (harness/canary.py) and what the gate does with it (compare.undisturbed_waves):
+a machine paused under the canary is seen as slow exactly over the pause; a P99 false alarm
+made by machine bursts in the candidate's waves goes away when the canary marks them; a
+candidate that is itself disturbed far more often keeps every wave; bad options exit 2."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from mrbench.contract import SideResult
+from mrbench.harness import canary
+from mrbench.harness.compare import latency_check, undisturbed_waves
+from mrbench.harness.suite import Thresholds
+
+TH = Thresholds(latency_rel=0.05, median_rel=0.03)
+N_WAVES = 24
+
+
+def _sides(burst_waves: dict[str, set[int]], marked: dict[str, set[int]] | None,
+           seed: int = 0) -> tuple[SideResult, SideResult]:
+    """Two identical runners, 24 waves of 200 steps; a machine burst (six steps 10x slower)
+    in `burst_waves[side]`; the canary's `machine_slow` column marks `marked[side]` (None:
+    no canary column)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for side in ("baseline", "candidate"):
+        rows = []
+        for w in range(N_WAVES):
+            d = rng.lognormal(np.log(0.5), 0.15, size=200)
+            if w in burst_waves.get(side, set()):
+                d[50:56] *= 10
+            for x in d:
+                r = dict(wave=w, wave_pos=(w + (side == "candidate")) % 2, duration_ms=x)
+                if marked is not None:
+                    r["machine_slow"] = 9.0 if w in marked.get(side, set()) else 1.1
+                rows.append(r)
+        out.append(SideResult(steps=rows))
+    return out[0], out[1]
+
+
+def test_bursts_in_the_candidates_waves_false_alarm_the_p99_unless_the_canary_marks_them():
+    bursts = {"candidate": {1, 5, 9, 13}, "baseline": {20}}
+    b, c = _sides(bursts, None)
+    blind = latency_check("w", "p99_step_ms", b, c, TH)
+    assert blind.verdict == "regression", blind        # what the bursts do to the gate
+    b, c = _sides(bursts, bursts)
+    seen = latency_check("w", "p99_step_ms", b, c, TH)
+    assert seen.verdict == "pass", seen
+    assert "5 of 24 waves left out" in seen.note and "over 19 ABBA waves" in seen.method
+
+
+def test_a_real_slowdown_is_still_caught_with_waves_left_out():
+    bursts = {"candidate": {3}, "baseline": {8, 17}}
+    b, c = _sides(bursts, bursts)
+    for r in c.steps:
+        r["duration_ms"] *= 1.15
+    chk = latency_check("w", "p99_step_ms", b, c, TH)
+    assert chk.verdict == "regression" and "3 of 24 waves left out" in chk.note, chk
+
+
+def test_a_candidate_disturbed_far_more_often_keeps_every_wave():
+    many = {"candidate": set(range(0, 24, 3))}                  # 8 waves, the baseline none
+    b, c = _sides(many, many)
+    kept, note = undisturbed_waves(b, c, list(range(N_WAVES)), 0.05)
+    assert kept == list(range(N_WAVES)) and "possibly the candidate's doing" in note
+    assert latency_check("w", "p99_step_ms", b, c, TH).verdict == "regression"
+
+
+def test_no_canary_no_change_and_a_quiet_machine_is_said_so():
+    b, c = _sides({}, None)
+    assert undisturbed_waves(b, c, list(range(N_WAVES)), 0.05) == (list(range(N_WAVES)), "")
+    b, c = _sides({}, {})
+    kept, note = undisturbed_waves(b, c, list(range(N_WAVES)), 0.05)
+    assert kept == list(range(N_WAVES)) and "usual speed in all 24 waves" in note
+
+
+def test_too_many_disturbed_waves_is_not_measured():
+    most = {"candidate": set(range(0, 20)), "baseline": set(range(0, 20))}
+    b, c = _sides(most, most)
+    chk = latency_check("w", "p99_step_ms", b, c, TH)
+    assert chk.verdict == "info" and chk.note.startswith("not measured"), chk
+
+
+def _free_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+@pytest.mark.skipif(len(_free_cpus()) < 2, reason="the canary needs a CPU of its own (2+ CPUs)")
+def test_the_canary_sees_a_pause_of_the_machine_where_it_happened():
+    """SIGSTOP freezes the canary as a hypervisor's stall would freeze every vCPU: the chunk
+    that spans the pause is ~300 ms long, and only intervals that overlap it are slow."""
+    cpus = _free_cpus()
+    c = canary.Canary(cpus[-1])
+    try:
+        assert 20 < c.info.chunk_us < 2000
+        t_before = time.perf_counter()
+        time.sleep(0.2)
+        os.kill(c._proc.pid, signal.SIGSTOP)
+        t_stop = time.perf_counter()
+        time.sleep(0.3)
+        os.kill(c._proc.pid, signal.SIGCONT)
+        t_cont = time.perf_counter()
+        time.sleep(0.2)
+        quiet = np.linspace(t_before, t_stop - 0.02, 20)
+        slow = c.machine_slow(np.r_[quiet, t_stop + 0.1], np.r_[quiet + 0.005, t_stop + 0.15])
+        assert np.all(slow[:-1] < canary.SLOW), slow
+        assert slow[-1] > 100, slow                     # 300 ms over a ~0.1 ms chunk
+        old = c.machine_slow(np.array([t_before - 100]), np.array([t_before - 99]))
+        assert np.isnan(old[0])                          # before the canary: not measured
+        assert t_cont > t_stop
+    finally:
+        c.close()
+
+
+def _mrbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mrbench", "run", "smoke", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(len(_free_cpus()) < 2, reason="needs 2+ CPUs to name two")
+def test_bad_canary_options_are_one_line_and_exit_2(tmp_path):
+    cpus = _free_cpus()
+    for args, says in [((), "needs --pin-cpus"),
+                       (("--pin-cpus", str(cpus[0])), f"is one of the --pin-cpus"),
+                       (("--pin-cpus", str(cpus[0])), "name one CPU"),
+                       (("--pin-cpus", str(cpus[0])), "not a CPU this process may use")]:
+        canary_cpu = {"name one CPU": f"{cpus[0]},{cpus[1]}",
+                      "not a CPU this process may use": "4096",
+                      "is one of the --pin-cpus": str(cpus[0])}.get(says, str(cpus[1]))
+        p = _mrbench("--canary-cpu", canary_cpu, *args, "--out", str(tmp_path / "o"))
+        assert p.returncode == 2, (args, p.stderr)
+        assert says in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert not (tmp_path / "o").exists()
