@@ -11,7 +11,12 @@ slow-step size), how often each flagged and what it estimated:
   mean of all order statistics, scipy.stats.mstats.hdquantiles);
 - `wave P90`, `wave P95`: the same test on a lower quantile;
 - `pooled P99 (wave bootstrap)`: one P99 over all steps a side, CI by resampling whole
-  waves (stats.ratio_percentile_ci_wave_bootstrap), decided by the CI's lower bound.
+  waves (stats.ratio_percentile_ci_wave_bootstrap), decided by the CI's lower bound;
+- `wave P99, every wave` and `wave P99, canary-quiet waves`: the gate's test with and
+  without the waves in which the canary (`--canary-cpu`, harness/canary.py) saw the machine
+  run slow on either side; runs without the canary's `machine_slow` column are "not
+  measured" there. (With a canary the gate itself leaves those waves out, so its own row
+  is the second.)
 A clean run's flag is a false alarm; a ruler run's a detection. Judged on the same runs
 that suggest it, so a winner here still needs its own A/A and ruler study.
 
@@ -32,6 +37,7 @@ import pandas as pd
 from scipy.stats.mstats import hdquantiles
 
 from mrbench.harness import stats
+from mrbench.harness.canary import SLOW as MACHINE_SLOW
 
 MIN_WAVES = 6
 
@@ -69,19 +75,42 @@ STATISTICS = {
 }
 
 
+def _quiet(bw: dict, cw: dict, slow: dict | None, bar: float, alpha: float
+           ) -> tuple[float, bool] | None:
+    if slow is None:
+        return None
+    keep = [w for w in sorted(set(bw) & set(cw)) if w not in slow]
+    if len(keep) < MIN_WAVES:
+        return None
+    return _blocked({w: bw[w] for w in keep}, {w: cw[w] for w in keep}, 99, bar, alpha)
+
+
 def plan_of(summary: dict) -> str:
     faults = summary.get("candidate_faults") or []
     return "clean" if not faults else ",".join(faults)
 
 
-def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, bool]]:
-    steps = pd.read_csv(run / "steps.csv", usecols=["side", "wave", "duration_ms"])
+def disturbed_waves(steps: pd.DataFrame) -> set[int] | None:
+    """Waves in which the canary saw the machine run slow on either side (None: no canary)."""
+    if "machine_slow" not in steps or steps["machine_slow"].isna().all():
+        return None
+    return {int(w) for w in steps.loc[steps["machine_slow"] >= MACHINE_SLOW, "wave"]}
+
+
+def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, bool] | None]:
+    """Each statistic's (estimate, flagged) on one run; None where it measured nothing."""
+    steps = pd.read_csv(run / "steps.csv",
+                        usecols=lambda c: c in ("side", "wave", "duration_ms", "machine_slow"))
     per = {side: {int(w): g["duration_ms"].to_numpy(float) for w, g in df.groupby("wave")}
            for side, df in steps.groupby("side")}
     if len(set(per.get("baseline", {})) & set(per.get("candidate", {}))) < MIN_WAVES:
         raise ValueError(f"{run}: fewer than {MIN_WAVES} shared waves")
-    return {name: f(per["baseline"], per["candidate"], bar, alpha)
-            for name, f in STATISTICS.items()}
+    out = {name: f(per["baseline"], per["candidate"], bar, alpha)
+           for name, f in STATISTICS.items()}
+    out["wave P99, every wave"] = _blocked(per["baseline"], per["candidate"], 99, bar, alpha)
+    out["wave P99, canary-quiet waves"] = _quiet(per["baseline"], per["candidate"],
+                                                 disturbed_waves(steps), bar, alpha)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,16 +131,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(runs)}] {run} ({plan})", file=sys.stderr, flush=True)
         try:
             for name, res in judge_run(run, a.bar, a.alpha).items():
-                tally[(plan, name)].append(res)
+                if res is not None:
+                    tally[(plan, name)].append(res)
         except (ValueError, KeyError) as e:
             print(f"  skipped: {e}", file=sys.stderr)
     plans = sorted({k[0] for k in tally}, key=lambda s: (s != "clean", s))
     print(f"bar +{a.bar:.0%}, alpha {a.alpha}; per plan: flagged/runs (median estimate)")
     print(f"{'statistic':<30}" + "".join(f"{pl:>22}" for pl in plans))
-    for name in STATISTICS:
+    for name in [*STATISTICS, "wave P99, every wave", "wave P99, canary-quiet waves"]:
         cells = []
         for pl in plans:
             res = tally.get((pl, name), [])
+            if not res:
+                cells.append("not measured")
+                continue
             hits = sum(f for _, f in res)
             est = np.median([e for e, _ in res]) if res else float("nan")
             cells.append(f"{hits}/{len(res)} ({est:+.1%})")

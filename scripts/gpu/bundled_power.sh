@@ -38,6 +38,9 @@ cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: bundled_power.sh OUT_DIR [STEPS]}")
 steps=",${2:-gate,power},"
 py=${PYTHON:-python3}
+# the image lacks pydantic, which mrbench needs for every target: the kit brings it
+$py -c "import pydantic" 2>/dev/null || { echo "bundled_power.sh: pydantic is missing:" \
+    "source the kit's env.sh first (../shared/vllm-gpu), also for the bundled target"; exit 2; }
 mkdir -p "$out/runs"
 export MRBENCH_DATA_DIR=$(realpath -m "${MRBENCH_DATA_DIR:-.gpudata}")
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

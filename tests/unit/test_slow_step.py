@@ -121,3 +121,17 @@ def test_the_bundled_v2_runner_takes_the_ruler_and_v1_refuses_it(tmp_path):
     # a step record under async scheduling also spans the next step's busy work
     with pytest.raises(RunnerError, match="without async_scheduling"):
         LLM(runner="v2", faults=["slow-step:20"], max_num_seqs=2, async_scheduling=True)
+
+
+def test_each_step_carries_its_threads_clock():
+    """The engine records the stepping thread's CPU time and context switches with every
+    synchronous step (runner_impl/thread_clock.py): on a CPU-bound step the CPU time is
+    most of the wall time, and it never exceeds it by more than the clocks' resolution."""
+    import sys
+    from mrbench.runner_impl.thread_clock import thread_clock
+    c0 = thread_clock()
+    sum(i * i for i in range(200_000))
+    cpu_ms, invol, vol = thread_clock().since(c0)
+    assert cpu_ms > 1
+    if sys.platform == "linux":
+        assert invol is not None and vol is not None and invol >= 0 and vol >= 0
