@@ -8,9 +8,16 @@ can measure the smallest slowdown it detects (its power curve). What PCT is a sh
   it the forward is.
 - `sized_by="call"` (real vLLM, whose runner exposes no step record): the host time of the
   wrapped call itself.
-The base is an average per step class (decode batch size; prefill tokens in powers of
-two): a prefill step is never slowed by a decode step's size or the reverse. The first
-steps of a class add nothing until its time is known (warmup covers most classes).
+The base is a median per step class (decode batch size; prefill tokens in powers of two): a
+prefill step is never slowed by a decode step's size or the reverse. The first step of a
+class adds nothing until its time is known (warmup covers most classes). A median, not a
+mean: on the lent H100 the machine stalls now and then for ~100 ms, stretching a few
+decode steps tenfold, and the mean (an average of 0.2 weight a step, until 2026-11-25) then
+carried the ruler up with them: a decode step's mean is 1.04-1.19 times its median, and
+slow-step:7.6 moved the median step by +10.4 %. The median of a class's first
+`_WARM_STEPS` steps starts it; after that each step moves it `_MEDIAN_STEP` (2 %) toward
+itself, up or down (a streaming "frugal" median: O(1), no history, and a burst of tenfold
+steps moves it by a few per cent, not by multiples).
 
 The busy work is real, never a sleep outside the profiled range, and adds no host sync:
 - CPU: the host spins.
@@ -26,13 +33,15 @@ the step by about 14 % at any PCT (slow-step:5 and :7.6 alike), docs/detection-p
 """
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any, Callable, Hashable
 
 import torch
 
 _CALIBRATE_CYCLES = 2_000_000     # one spin of known length, timed to learn cycles per ms
-_EMA_NEW = 0.2                    # weight of the newest time in a class's average
+_WARM_STEPS = 9                   # a class's first steps: their exact median is its base
+_MEDIAN_STEP = 0.02               # then each step moves the base this share toward itself
 
 
 def step_class(key: tuple) -> Hashable:
@@ -51,9 +60,11 @@ class SlowStep:
         self.frac = pct / 100.0
         self.cuda = device.type == "cuda"
         self.sized_by = sized_by
-        # per step class: the average step (or call) time without the ruler, in ms; the
-        # truth is what observe_step (or the call's own clock) measured
+        # per step class: the median step (or call) time without the ruler, in ms, a
+        # streaming estimate; the truth is what observe_step (or the call's own clock)
+        # measured; _warm keeps a class's first _WARM_STEPS times, which start it
         self.base_ms: dict[Hashable, float] = {}
+        self._warm: dict[Hashable, list[float]] = {}
         # the class and busy time of the step under way, until the engine observes it
         # (the engine refuses the ruler with async scheduling, so there is one at a time)
         self._unobserved: tuple[Hashable, float] | None = None
@@ -84,7 +95,7 @@ class SlowStep:
         return out
 
     def observe_step(self, duration_ms: float, key: tuple) -> None:
-        """The engine's measured step (sized_by="step"): folded into its class's average
+        """The engine's measured step (sized_by="step"): folded into its class's median
         less the busy time the ruler added to it. A step that ran no forward (an empty
         key) is not one the ruler saw."""
         if not key or self._unobserved is None:
@@ -94,9 +105,17 @@ class SlowStep:
             self._fold(cls, duration_ms - added)
 
     def _fold(self, cls: Hashable, ms: float) -> None:
-        if ms > 0:
-            old = self.base_ms.get(cls)
-            self.base_ms[cls] = ms if old is None else (1 - _EMA_NEW) * old + _EMA_NEW * ms
+        """One step time into its class's streaming median."""
+        if ms <= 0:
+            return
+        warm = self._warm.setdefault(cls, [])
+        if len(warm) < _WARM_STEPS:
+            warm.append(ms)
+            self.base_ms[cls] = statistics.median(warm)
+        elif ms > self.base_ms[cls]:
+            self.base_ms[cls] *= 1 + _MEDIAN_STEP
+        elif ms < self.base_ms[cls]:
+            self.base_ms[cls] /= 1 + _MEDIAN_STEP
 
     def _busy(self, ms: float) -> float:
         """`ms` of busy work on the host, and on CUDA as long a spin queued on the GPU

@@ -85,6 +85,29 @@ def test_sized_by_step_the_spin_is_pct_of_the_measured_step_less_its_own_part(mo
     assert ruler.base_ms[decode] == pytest.approx(10.0, abs=0.01) and ruler._unobserved is None
 
 
+def test_the_base_is_the_median_step_and_machine_stalls_do_not_carry_it():
+    """The ruler's base tracks a class's median step: steps of 0.5 ms +- 20 %, with a
+    machine stall now and then (five steps tenfold, 5 % of all steps). A mean would sit
+    ~45 % above the median, so slow-step:PCT would add ~1.45 PCT; the base stays within a
+    few per cent of the median, and follows the step when it gets slower."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    ruler = ss.SlowStep(10, torch.device("cpu"), sized_by="step")
+    times = rng.lognormal(np.log(0.5), 0.2, size=4000)
+    for start in rng.choice(np.arange(50, 3990, 100), size=40, replace=False):
+        times[start:start + 5] *= 10                   # 200 stalled steps of 4000
+    assert np.mean(times) > 1.4 * np.median(times)
+    bases = []                          # the base each step was slowed by
+    for t in times:
+        ruler._fold("decode", float(t))
+        bases.append(ruler.base_ms["decode"])
+    assert np.mean(bases[100:]) == pytest.approx(np.median(times), rel=0.06)
+    assert max(bases[100:]) < 1.25 * np.median(times)
+    for t in 1.3 * rng.lognormal(np.log(0.5), 0.2, size=400):     # the step got slower
+        ruler._fold("decode", float(t))
+    assert ruler.base_ms["decode"] == pytest.approx(1.3 * np.median(times), rel=0.06)
+
+
 def test_step_classes_keep_decode_sizes_and_bucket_prefill_tokens():
     assert ss.step_class(("uniform_decode", 9)) != ss.step_class(("uniform_decode", 10))
     assert ss.step_class(("mixed", 600)) == ss.step_class(("mixed", 1000))
