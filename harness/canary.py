@@ -104,13 +104,17 @@ class Canary:
         return float(np.median(np.diff(stamps)))
 
     def _stamps(self) -> np.ndarray:
-        """The stamps in the ring, oldest first (up to RING of them)."""
+        """The stamps in the ring, oldest first (up to RING of them). The canary keeps
+        writing while they are copied, so once the ring has wrapped its oldest few may have
+        been overwritten by the newest: everything up to the last step back in time goes."""
         n = self._count.value
         ring = np.frombuffer(self._ring, dtype=np.float64)
         if n <= RING:
             return ring[:n].copy()
         k = n % RING
-        return np.concatenate([ring[k:], ring[:k]])
+        stamps = np.concatenate([ring[k:], ring[:k]])
+        back = np.flatnonzero(np.diff(stamps) < 0)
+        return stamps[back[-1] + 1:] if back.size else stamps
 
     @property
     def info(self) -> CanaryInfo:

@@ -131,14 +131,20 @@ def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int
 
 def _machine_slow(side: SideResult) -> dict[int, float] | None:
     """Wave -> the slowest the canary saw the machine during this side's steps of it
-    (harness/canary.py); None where the run had no canary."""
+    (harness/canary.py); None where the run had no canary, {} where it had one that read
+    nothing (stopped, or its stamps did not reach these steps)."""
     out: dict[int, float] = {}
+    column = False
     for r in side.steps:
-        x, w = r.get("machine_slow"), r.get("wave")
-        if x is None or w is None or (isinstance(x, float) and math.isnan(x)):
+        x, w = r.get("machine_slow", _ABSENT), r.get("wave")
+        column = column or x is not _ABSENT
+        if x is _ABSENT or x is None or w is None or (isinstance(x, float) and math.isnan(x)):
             continue
         out[int(w)] = max(out.get(int(w), 0.0), float(x))
-    return out or None
+    return out if column else None
+
+
+_ABSENT = object()
 
 
 def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alpha: float
@@ -152,8 +158,12 @@ def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alph
     test on the waves disturbed on one side only, at `alpha`): then the disturbance may be
     the candidate's own doing (a host-side storm it causes), and every wave is kept."""
     mb, mc = _machine_slow(base), _machine_slow(cand)
-    if mb is None or mc is None:
+    if mb is None and mc is None:
         return waves, ""
+    unread = [w for w in waves if w not in (mb or {}) or w not in (mc or {})]
+    if unread:
+        return waves, (f"; canary: no reading for {len(unread)} of {len(waves)} waves (it "
+                       "stopped, or its ring did not reach them), so all waves kept")
     db = {w for w in waves if mb.get(w, 0.0) >= MACHINE_SLOW}
     dc = {w for w in waves if mc.get(w, 0.0) >= MACHINE_SLOW}
     if not db | dc:
