@@ -63,9 +63,25 @@ def pin_cpus(spec: str) -> list[int]:
         raise BadInput(f"--pin-cpus {spec!r}: CPU(s) {outside} are not available to this "
                        f"process (allowed: {_ranges(allowed)})")
     os.sched_setaffinity(0, cpus)
+    _pin_other_threads(cpus)
     os.environ.setdefault("OMP_NUM_THREADS", str(len(cpus)))     # read by spawned engines
     torch.set_num_threads(len(cpus))
     return cpus
+
+
+def _pin_other_threads(cpus: list[int]) -> None:
+    """Linux affinity is a thread's: `sched_setaffinity(0)` pins the calling thread and
+    what it starts later, not the threads already running (torch's pools, started at
+    import). On the H100 the harness had 30 such threads free to run anywhere; pin them too."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass               # a thread that ended meanwhile
 
 
 def _ranges(cpus: list[int]) -> str:

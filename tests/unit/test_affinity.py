@@ -34,21 +34,26 @@ def _child_affinity(q):
 @linux_only
 def test_pinned_process_and_its_spawned_engines_share_the_cpu():
     """In a fresh interpreter (pinning is process-wide): pin, then spawn as the worker pool
-    does; the child runs on the pinned CPU and the run's environment records it."""
+    does; the child runs on the pinned CPU, so does a thread that was running before the
+    pin, and the run's environment records it."""
     cpu = max(os.sched_getaffinity(0))
     code = f"""
-import multiprocessing as mp, os, sys
+import multiprocessing as mp, os, sys, threading
 sys.path.insert(0, {os.getcwd()!r})
 from mrbench.harness.affinity import pin_cpus
 from mrbench.harness.results import environment
 from tests.unit.test_affinity import _child_affinity
 if __name__ == "__main__":
+    go = threading.Event(); seen = []
+    t = threading.Thread(target=lambda: (go.wait(), seen.append(sorted(os.sched_getaffinity(0)))))
+    t.start()                              # a thread already running when the pin comes
     assert pin_cpus("{cpu}") == [{cpu}]
+    go.set(); t.join()
     ctx = mp.get_context("spawn"); q = ctx.Queue()
     p = ctx.Process(target=_child_affinity, args=(q,)); p.start(); child = q.get(); p.join()
-    print(child, environment()["device"]["cpu_affinity"])
+    print(child, environment()["device"]["cpu_affinity"], seen[0])
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == [f"[{cpu}]", f"[{cpu}]"]
+    assert res.stdout.split() == [f"[{cpu}]", f"[{cpu}]", f"[{cpu}]"]
