@@ -286,6 +286,11 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         # too few samples a wave for a per-wave P99, but waves: the requests of a wave share
         # its machine state, so whole waves are resampled (a request bootstrap would take
         # them as independent and false-alarm; docs/detection-power.md, "Noise anatomy")
+        shared, canary_note = undisturbed_waves(base, cand, shared, th.alpha)
+        if len(shared) < MIN_WAVES:
+            return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None,
+                         thr, "-", "info",
+                         f"not measured: under {MIN_WAVES} waves left{canary_note}")
         rel = stats.ratio_percentile_ci_wave_bootstrap([bw[w] for w in shared],
                                                        [cw[w] for w in shared], q, level=level)
         regressed = rel.lo > 0 and rel.estimate > rel_min
@@ -294,7 +299,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
                      f"{rel.method} ({level:.0%}); decided by the CI's lower bound",
                      "regression" if regressed else "pass",
                      f"n = {len(b)} / {len(c)}; under {MIN_PER_WAVE[q]} samples a wave, so "
-                     "waves are resampled whole rather than compared one by one")
+                     f"waves are resampled whole rather than compared one by one{canary_note}")
     rel = stats.ratio_percentile_ci_bootstrap(b, c, q, level=level)
     mw = stats.mann_whitney_u(b, c, alternative="greater")
     regressed = rel.lo > 0 and rel.estimate > rel_min

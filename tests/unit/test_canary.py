@@ -150,3 +150,16 @@ def test_bad_canary_options_are_one_line_and_exit_2(tmp_path):
         assert p.returncode == 2, (args, p.stderr)
         assert says in p.stderr and "Traceback" not in p.stderr, p.stderr
         assert not (tmp_path / "o").exists()
+
+
+def test_request_p99s_resampled_by_wave_leave_the_marked_waves_out_too():
+    """TPOT has one sample a request (16 a wave), so its P99 is pooled and whole waves are
+    resampled; the canary's marked waves are left out of that resampling as well."""
+    b, c = _sides({}, {"baseline": {2}, "candidate": {4, 9}})
+    rng = np.random.default_rng(3)
+    for side in (b, c):
+        side.requests = [dict(wave=w, tpot_ms=float(x)) for w in range(N_WAVES)
+                         for x in rng.lognormal(np.log(5), 0.1, size=16)]
+    chk = latency_check("w", "p99_tpot_ms", b, c, TH)
+    assert "resampled whole" in chk.note and "3 of 24 waves left out" in chk.note, chk
+    assert "over 21 ABBA waves" in chk.method, chk
