@@ -129,6 +129,9 @@ def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int
     return min(len(samples), sum(1 for s in side.steps if s.get("wave") == wave))
 
 
+_ABSENT = object()
+
+
 def _machine_slow(side: SideResult) -> dict[int, float] | None:
     """Wave -> the slowest the canary saw the machine during this side's steps of it
     (harness/canary.py); None where the run had no canary, {} where it had one that read
@@ -143,8 +146,6 @@ def _machine_slow(side: SideResult) -> dict[int, float] | None:
         out[int(w)] = max(out.get(int(w), 0.0), float(x))
     return out if column else None
 
-
-_ABSENT = object()
 
 
 def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alpha: float
