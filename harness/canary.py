@@ -12,14 +12,24 @@ steps can tell that from a runner that got slower; a clock outside the engines c
 canary is that clock: a process pinned to its own CPU that does the same small piece of
 work over and over and stamps each chunk's end with `time.perf_counter()`
 (CLOCK_MONOTONIC, the clock every step is stamped with, in every process of the machine).
-Each step row gets `machine_slow`: the slowest canary chunk that overlapped the step, as a
-multiple of the canary's median chunk, so 1 means the machine ran at its usual speed.
+Each step row gets `machine_lost_ms`: the part of the step the machine took away, i.e. the
+time within the step that fell in canary chunks at least SLOW times the usual chunk, less
+those chunks' usual time (a chunk 10x slow counts 90 % of its time as lost, a full stall
+all of it). A wave-side is disturbed (`wave_disturbed`) when one of its steps lost at least
+the side's median step in that wave (and MIN_LOST_MS): the machine added a whole step.
 
-The gate uses it (harness/compare.py): a wave in which the canary saw the machine slow on
-either side is left out of the per-wave latency tests, and said so. A runner cannot slow a
-spin loop on another CPU through the CPU it runs on; it could through the machine (memory
-bandwidth, a host-side storm it causes), so the gate also checks that the candidate's waves
-are not disturbed more often than the baseline's before it leaves any out.
+Why lost time and not the slowest chunk (the first design, session 15): the slowest of many
+chunks grows with the interval, so on a noisy machine a long step (a prefill of 280 ms on
+CPU) always holds a chunk 3x the median, and the slowest-chunk rule marked every wave of an
+A/A run on a quiet 2-core machine (scripts/machine_storm.py, 2026-11-25); it also counted a
+0.3 ms hiccup the same as a 100 ms stall. Time lost is what a stall adds to a step.
+
+The gate uses it (harness/compare.py): a wave in which the canary saw the machine take a
+step's worth of time on either side is left out of the per-wave latency tests, and said
+so. A runner cannot slow a spin loop on another CPU through the CPU it runs on; it could
+through the machine (memory bandwidth, a host-side storm it causes), so the gate also
+checks that the candidate's waves are not disturbed more often than the baseline's before
+it leaves any out.
 """
 from __future__ import annotations
 
@@ -38,6 +48,7 @@ from .affinity import current_affinity, parse_cpu_list
 RING = 1 << 20                  # chunk stamps kept: minutes at ~10 k chunks a second
 CHUNK_S = 100e-6                # one chunk's work on an undisturbed machine
 SLOW = 3.0                      # a chunk this many times its median: the machine was slowed
+MIN_LOST_MS = 1.0               # less lost time is a tick's jitter, on the canary's CPU alone
 
 
 def _spin(n: int) -> None:
@@ -75,6 +86,7 @@ class CanaryInfo:
     cpu: int
     chunk_us: float               # the median chunk, measured
     slow: float                   # the multiple of it that counts as the machine slowed
+    min_lost_ms: float            # a wave-side is disturbed from this much lost time up
 
 
 class Canary:
@@ -118,30 +130,49 @@ class Canary:
 
     @property
     def info(self) -> CanaryInfo:
-        return CanaryInfo(self.cpu, self._median * 1e6, SLOW)
+        return CanaryInfo(self.cpu, self._median * 1e6, SLOW, MIN_LOST_MS)
 
-    def machine_slow(self, t_start: np.ndarray, t_end: np.ndarray) -> np.ndarray:
-        """For each interval [t_start, t_end] (perf_counter seconds), the slowest canary
-        chunk that overlapped it, over the canary's median chunk; NaN where the ring holds
-        no chunk that ends after the interval (too old, or the canary stopped)."""
+    def machine_lost_ms(self, t_start: np.ndarray, t_end: np.ndarray) -> np.ndarray:
+        """For each interval [t_start, t_end] (perf_counter seconds), the milliseconds of it
+        the machine took away: its overlap with each canary chunk at least SLOW times the
+        median chunk, times the share of that chunk beyond its usual time (1 - median /
+        chunk). NaN where the ring holds no chunk that ends after the interval (too old, or
+        the canary stopped) or none before it."""
         stamps = self._stamps()
         out = np.full(len(t_start), np.nan)
         if len(stamps) < 2 or not len(t_start):
             return out
-        dur = np.diff(stamps) / self._median           # chunk j spans stamps[j]..stamps[j+1]
-        # chunks overlapping [a, b]: those ending after a and starting before b
-        first = np.searchsorted(stamps[1:], t_start, side="right")
-        last = np.searchsorted(stamps[:-1], t_end, side="left")      # exclusive
-        covered = (t_start >= stamps[0]) & (last < len(dur))
-        for i in np.flatnonzero(covered):
-            lo, hi = first[i], max(last[i], first[i] + 1)
-            out[i] = float(dur[lo:hi].max())
+        covered = (t_start >= stamps[0]) & (t_end <= stamps[-1])
+        out[covered] = 0.0
+        dur = np.diff(stamps)
+        slow = np.flatnonzero(dur >= SLOW * self._median)        # few: the rest lose nothing
+        if not slow.size:
+            return out
+        lo_s, hi_s = stamps[slow], stamps[slow + 1]              # disjoint, in time order
+        share = 1.0 - self._median / dur[slow]
+        first = np.searchsorted(hi_s, t_start, side="right")     # slow chunks ending after a
+        last = np.searchsorted(lo_s, t_end, side="left")         # ... and starting before b
+        for i in np.flatnonzero(covered & (last > first)):
+            k = slice(first[i], last[i])
+            overlap = np.minimum(hi_s[k], t_end[i]) - np.maximum(lo_s[k], t_start[i])
+            out[i] = float(np.sum(np.clip(overlap, 0, None) * share[k]) * 1e3)
         return out
 
     def close(self) -> None:
         if self._proc.is_alive():
             self._proc.terminate()
             self._proc.join(5)
+
+
+def wave_disturbed(lost_ms: np.ndarray, duration_ms: np.ndarray) -> bool | None:
+    """Whether the machine took a whole step's time from one step of a wave-side: the most
+    any step lost is at least the side's median step in that wave, and MIN_LOST_MS. None
+    when the canary has no reading for any of its steps. One rule for the gate and every
+    script that reads steps.csv."""
+    lost = np.asarray(lost_ms, dtype=float)
+    if not lost.size or np.isnan(lost).all():
+        return None
+    return bool(np.nanmax(lost) >= max(float(np.median(duration_ms)), MIN_LOST_MS))
 
 
 _current: Canary | None = None

@@ -15,7 +15,7 @@ import numpy as np
 from mrbench.contract import SideResult
 
 from . import stats
-from .canary import SLOW as MACHINE_SLOW
+from .canary import wave_disturbed
 from .collectors import prefill_chunks
 from .collectors.agreement import first_divergence
 from .phases import HOT_PHASES
@@ -132,41 +132,44 @@ def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int
 _ABSENT = object()
 
 
-def _machine_slow(side: SideResult) -> dict[int, float] | None:
-    """Wave -> the slowest the canary saw the machine during this side's steps of it
-    (harness/canary.py); None where the run had no canary, {} where it had one that read
-    nothing (stopped, or its stamps did not reach these steps)."""
-    out: dict[int, float] = {}
-    column = False
+def _disturbed(side: SideResult) -> dict[int, bool] | None:
+    """Wave -> whether the machine took a whole step's time from one of this side's steps
+    of it (canary.wave_disturbed); None where the run had no canary; a wave is missing where
+    the canary read nothing for it (stopped, or its stamps did not reach these steps)."""
+    if not any("machine_lost_ms" in r for r in side.steps):
+        return None
+    lost: dict[int, list[float]] = {}
+    dur: dict[int, list[float]] = {}
     for r in side.steps:
-        x, w = r.get("machine_slow", _ABSENT), r.get("wave")
-        column = column or x is not _ABSENT
-        if x is _ABSENT or x is None or w is None or (isinstance(x, float) and math.isnan(x)):
+        w, x = r.get("wave"), r.get("machine_lost_ms")
+        if w is None:
             continue
-        out[int(w)] = max(out.get(int(w), 0.0), float(x))
-    return out if column else None
-
+        lost.setdefault(int(w), []).append(math.nan if x is None else float(x))
+        dur.setdefault(int(w), []).append(float(r["duration_ms"]))
+    out = {w: wave_disturbed(np.array(lost[w]), np.array(dur[w])) for w in lost}
+    return {w: d for w, d in out.items() if d is not None}
 
 
 def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alpha: float
                       ) -> tuple[list[int], str]:
     """The waves a per-wave latency test may use, and a note saying what was left out.
 
-    A wave in which the canary saw the machine itself run slow (>= MACHINE_SLOW times its
-    usual chunk) on either side is not evidence about the runners: its P99 is the machine's
-    burst (docs/detection-power.md, "Bursts"). Such waves are left out, unless the
-    candidate's waves were disturbed more often than the baseline's (one-sided exact sign
-    test on the waves disturbed on one side only, at `alpha`): then the disturbance may be
-    the candidate's own doing (a host-side storm it causes), and every wave is kept."""
-    mb, mc = _machine_slow(base), _machine_slow(cand)
+    A wave in which the canary saw the machine itself take a whole step's time from one of
+    the steps (canary.wave_disturbed) on either side is not evidence about the runners: its
+    P99 is the machine's burst (docs/detection-power.md, "Bursts"). Such waves are left
+    out, unless the candidate's waves were disturbed more often than the baseline's
+    (one-sided exact sign test on the waves disturbed on one side only, at `alpha`): then
+    the disturbance may be the candidate's own doing (a host-side storm it causes), and
+    every wave is kept."""
+    mb, mc = _disturbed(base), _disturbed(cand)
     if mb is None and mc is None:
         return waves, ""
     unread = [w for w in waves if w not in (mb or {}) or w not in (mc or {})]
     if unread:
         return waves, (f"; canary: no reading for {len(unread)} of {len(waves)} waves (it "
                        "stopped, or its ring did not reach them), so all waves kept")
-    db = {w for w in waves if mb.get(w, 0.0) >= MACHINE_SLOW}
-    dc = {w for w in waves if mc.get(w, 0.0) >= MACHINE_SLOW}
+    db = {w for w in waves if mb[w]}
+    dc = {w for w in waves if mc[w]}
     if not db | dc:
         return waves, f"; canary: the machine ran at its usual speed in all {len(waves)} waves"
     guard = stats.sign_test_exact(len(dc - db), len(db - dc), alternative="greater")
@@ -176,7 +179,7 @@ def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alph
                        f"{guard.method}): possibly the candidate's doing, so all waves kept")
     kept = [w for w in waves if w not in db | dc]
     return kept, (f"; canary: {len(db | dc)} of {len(waves)} waves left out, the machine "
-                  f"ran >= {MACHINE_SLOW:g}x slow in them (baseline {len(db)}, "
+                  f"took a whole step's time from a step of them (baseline {len(db)}, "
                   f"candidate {len(dc)})")
 
 

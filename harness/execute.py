@@ -161,11 +161,12 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
         comps[side].extend(cs)
         rows = step_rows(sessions[side].steps())
         watch = canary.current()
-        if watch is not None and rows:     # how slow the machine itself ran in each step
+        if watch is not None and rows:     # the time the machine itself took from each step
             t0 = np.array([r["t_start_s"] for r in rows])
-            slow = watch.machine_slow(t0, t0 + np.array([r["duration_ms"] for r in rows]) / 1e3)
-            for r, x in zip(rows, slow):
-                r["machine_slow"] = float(x)
+            lost = watch.machine_lost_ms(t0, t0 + np.array([r["duration_ms"] for r in rows])
+                                         / 1e3)
+            for r, x in zip(rows, lost):
+                r["machine_lost_ms"] = float(x)
         res.steps.extend(dict(r, wave=w, wave_pos=pos) for r in rows)
         for k, v in sessions[side].counters().items():
             res.counters[k] = res.counters.get(k, 0) + v

@@ -14,9 +14,9 @@ slow-step size), how often each flagged and what it estimated:
   waves (stats.ratio_percentile_ci_wave_bootstrap), decided by the CI's lower bound;
 - `wave P99, every wave` and `wave P99, canary-quiet waves`: the gate's test with and
   without the waves in which the canary (`--canary-cpu`, harness/canary.py) saw the machine
-  run slow on either side; runs without the canary's `machine_slow` column are "not
-  measured" there. (With a canary the gate itself leaves those waves out, so its own row
-  is the second.)
+  take a whole step's time on either side; runs without the canary's `machine_lost_ms`
+  column are "not measured" there. (With a canary the gate itself leaves those waves
+  out, so its own row is the second.)
 A clean run's flag is a false alarm; a ruler run's a detection. Judged on the same runs
 that suggest it, so a winner here still needs its own A/A and ruler study.
 
@@ -37,7 +37,7 @@ import pandas as pd
 from scipy.stats.mstats import hdquantiles
 
 from mrbench.harness import stats
-from mrbench.harness.canary import SLOW as MACHINE_SLOW
+from mrbench.harness.canary import wave_disturbed
 
 MIN_WAVES = 6
 
@@ -91,16 +91,19 @@ def plan_of(summary: dict) -> str:
 
 
 def disturbed_waves(steps: pd.DataFrame) -> set[int] | None:
-    """Waves in which the canary saw the machine run slow on either side (None: no canary)."""
-    if "machine_slow" not in steps or steps["machine_slow"].isna().all():
+    """Waves in which the canary saw the machine take a whole step's time on either side
+    (canary.wave_disturbed, the gate's rule); None: no canary readings."""
+    if "machine_lost_ms" not in steps or steps["machine_lost_ms"].isna().all():
         return None
-    return {int(w) for w in steps.loc[steps["machine_slow"] >= MACHINE_SLOW, "wave"]}
+    return {int(w) for (_, w), g in steps.groupby(["side", "wave"])
+            if wave_disturbed(g["machine_lost_ms"].to_numpy(float),
+                              g["duration_ms"].to_numpy(float))}
 
 
 def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, bool] | None]:
     """Each statistic's (estimate, flagged) on one run; None where it measured nothing."""
     steps = pd.read_csv(run / "steps.csv",
-                        usecols=lambda c: c in ("side", "wave", "duration_ms", "machine_slow"))
+                        usecols=lambda c: c in ("side", "wave", "duration_ms", "machine_lost_ms"))
     per = {side: {int(w): g["duration_ms"].to_numpy(float) for w, g in df.groupby("wave")}
            for side, df in steps.groupby("side")}
     if len(set(per.get("baseline", {})) & set(per.get("candidate", {}))) < MIN_WAVES:

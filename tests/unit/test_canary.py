@@ -23,7 +23,7 @@ N_WAVES = 24
 def _sides(burst_waves: dict[str, set[int]], marked: dict[str, set[int]] | None,
            seed: int = 0) -> tuple[SideResult, SideResult]:
     """Two identical runners, 24 waves of 200 steps; a machine burst (six steps 10x slower)
-    in `burst_waves[side]`; the canary's `machine_slow` column marks `marked[side]` (None:
+    in `burst_waves[side]`; the canary's `machine_lost_ms` column marks `marked[side]` (None:
     no canary column)."""
     rng = np.random.default_rng(seed)
     out = []
@@ -33,10 +33,13 @@ def _sides(burst_waves: dict[str, set[int]], marked: dict[str, set[int]] | None,
             d = rng.lognormal(np.log(0.5), 0.15, size=200)
             if w in burst_waves.get(side, set()):
                 d[50:56] *= 10
-            for x in d:
+            for i, x in enumerate(d):
                 r = dict(wave=w, wave_pos=(w + (side == "candidate")) % 2, duration_ms=x)
-                if marked is not None:
-                    r["machine_slow"] = 9.0 if w in marked.get(side, set()) else 1.1
+                if marked is not None:     # a marked wave: the machine took 4.5 ms of a step;
+                    lost = 0.3 if i == 7 else 0.0      # every wave: a hiccup, not a step
+                    if w in marked.get(side, set()) and i == 50:
+                        lost = 4.5
+                    r["machine_lost_ms"] = lost
                 rows.append(r)
         out.append(SideResult(steps=rows))
     return out[0], out[1]
@@ -87,7 +90,7 @@ def test_no_canary_no_change_and_a_quiet_machine_is_said_so():
 def test_a_canary_that_read_nothing_keeps_every_wave_and_says_so():
     b, c = _sides({}, {})
     for r in c.steps[:400]:
-        r["machine_slow"] = float("nan")            # its first waves: no reading
+        r["machine_lost_ms"] = float("nan")         # its first waves: no reading
     kept, note = undisturbed_waves(b, c, list(range(N_WAVES)), 0.05)
     assert kept == list(range(N_WAVES)) and "no reading for 2 of 24 waves" in note
 
@@ -105,8 +108,9 @@ def _free_cpus() -> list[int]:
 
 @pytest.mark.skipif(len(_free_cpus()) < 2, reason="the canary needs a CPU of its own (2+ CPUs)")
 def test_the_canary_sees_a_pause_of_the_machine_where_it_happened():
-    """SIGSTOP freezes the canary as a hypervisor's stall would freeze every vCPU: the chunk
-    that spans the pause is ~300 ms long, and intervals that overlap it read as slow."""
+    """SIGSTOP freezes the canary as a hypervisor's stall would freeze every vCPU: an
+    interval inside the 300 ms pause lost all its time, one that straddles its end lost the
+    part inside it, and quiet intervals lost (about) nothing."""
     cpus = _free_cpus()
     c = canary.Canary(cpus[-1])
     try:
@@ -120,15 +124,29 @@ def test_the_canary_sees_a_pause_of_the_machine_where_it_happened():
         t_cont = time.perf_counter()
         time.sleep(0.2)
         quiet = np.linspace(t_before, t_stop - 0.02, 20)
-        slow = c.machine_slow(np.r_[quiet, t_stop + 0.1], np.r_[quiet + 0.005, t_stop + 0.15])
-        # a loaded machine (a test run beside) may slow a few quiet chunks; not the most
-        assert np.median(slow[:-1]) < canary.SLOW, slow
-        assert slow[-1] > 100, slow                     # 300 ms over a ~0.1 ms chunk
-        old = c.machine_slow(np.array([t_before - 100]), np.array([t_before - 99]))
-        assert np.isnan(old[0])                          # before the canary: not measured
-        assert t_cont > t_stop
+        lost = c.machine_lost_ms(np.r_[quiet, t_stop + 0.1, t_cont - 0.02],
+                                 np.r_[quiet + 0.005, t_stop + 0.15, t_cont + 0.03])
+        # a loaded machine (a test run beside) may slow a few quiet chunks; not most of them
+        assert np.median(lost[:20]) < canary.MIN_LOST_MS, lost
+        assert 49 < lost[20] <= 50.001, lost                # 50 ms inside the pause: all lost
+        assert 15 < lost[21] < 25 + 5, lost                 # ~20 of its 50 ms in the pause
+        old = c.machine_lost_ms(np.array([t_before - 100]), np.array([t_before - 99]))
+        assert np.isnan(old[0])                             # before the canary: not measured
     finally:
         c.close()
+
+
+def test_a_wave_side_is_disturbed_when_the_machine_took_a_whole_step():
+    steps = np.full(100, 0.5)
+    assert canary.wave_disturbed(np.zeros(100), steps) is False
+    hiccup = np.zeros(100)
+    hiccup[3] = 0.8                                    # over a step, under MIN_LOST_MS
+    assert canary.wave_disturbed(hiccup, steps) is False
+    burst = np.zeros(100)
+    burst[40:45] = 4.5                                 # a machine burst: 10x steps
+    assert canary.wave_disturbed(burst, steps) is True
+    assert canary.wave_disturbed(burst, np.full(100, 8.0)) is False   # 4.5 ms of 8 ms steps
+    assert canary.wave_disturbed(np.full(100, np.nan), steps) is None
 
 
 def _mrbench(*args: str) -> subprocess.CompletedProcess:
@@ -140,7 +158,7 @@ def _mrbench(*args: str) -> subprocess.CompletedProcess:
 def test_bad_canary_options_are_one_line_and_exit_2(tmp_path):
     cpus = _free_cpus()
     for args, says in [((), "needs --pin-cpus"),
-                       (("--pin-cpus", str(cpus[0])), f"is one of the --pin-cpus"),
+                       (("--pin-cpus", str(cpus[0])), "is one of the --pin-cpus"),
                        (("--pin-cpus", str(cpus[0])), "name one CPU"),
                        (("--pin-cpus", str(cpus[0])), "not a CPU this process may use")]:
         canary_cpu = {"name one CPU": f"{cpus[0]},{cpus[1]}",

@@ -22,10 +22,10 @@ def _run(path: Path, slow: float, faults: list[str], seed: int,
     for wave in range(12):
         level = rng.lognormal(0, 0.02)          # a small per-wave level, shared by both sides
         for side, factor in (("baseline", 1.0), ("candidate", 1.0 + slow)):
-            for d in rng.lognormal(np.log(0.5), 0.2, size=200) * level * factor:
+            for i, d in enumerate(rng.lognormal(np.log(0.5), 0.2, size=200) * level * factor):
                 row = dict(side=side, wave=wave, duration_ms=d)
-                if canary is not None:
-                    row["machine_slow"] = 9.0 if wave in canary else 1.0
+                if canary is not None:     # a marked wave: the machine took 4 ms of a step
+                    row["machine_lost_ms"] = 4.0 if wave in canary and i == 9 else 0.0
                 rows.append(row)
     path.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(path / "steps.csv", index=False)
