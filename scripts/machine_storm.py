@@ -74,9 +74,12 @@ def _stormer(cpu: int, ready, go, start, seed: int, every_s: float, burst_s: flo
             os.nice(-20)
         except OSError:
             pass
+    parent = os.getppid()
     ready.wait()
     go.wait()                              # the parent has set `start` in between
     for t0, t1 in timetable(seed, every_s, burst_s, start.value, start.value + until_s):
+        if os.getppid() != parent:         # the parent was killed: no storm without a log
+            return
         now = time.perf_counter()
         if t0 > now:
             time.sleep(t0 - now)           # the scheduler wakes us at t0 (we preempt all)
