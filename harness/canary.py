@@ -57,7 +57,7 @@ def _spin(n: int) -> None:
         x += i
 
 
-def _canary_main(cpu: int, ring, count, chunk_iters) -> None:
+def _canary_main(cpu: int, ring, count) -> None:
     """The canary's process: calibrate one chunk of pure-Python work to CHUNK_S, then run
     chunks forever, stamping each end into the shared ring."""
     os.sched_setaffinity(0, {cpu})
@@ -70,7 +70,6 @@ def _canary_main(cpu: int, ring, count, chunk_iters) -> None:
             n = max(1, int(n * CHUNK_S / dt))
             break
         n *= 2
-    chunk_iters.value = n
     i = 0
     while True:
         _spin(n)
@@ -97,9 +96,8 @@ class Canary:
         self.cpu = cpu
         self._ring = ctx.RawArray("d", RING)
         self._count = ctx.RawValue("q", 0)
-        self._iters = ctx.RawValue("q", 0)
         self._proc = ctx.Process(target=_canary_main, name="mrbench-canary", daemon=True,
-                                 args=(cpu, self._ring, self._count, self._iters))
+                                 args=(cpu, self._ring, self._count))
         self._proc.start()
         self._median = self._settle()
 

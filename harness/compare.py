@@ -129,9 +129,6 @@ def _wave_n(side: SideResult, table: str, wave: int, samples: np.ndarray) -> int
     return min(len(samples), sum(1 for s in side.steps if s.get("wave") == wave))
 
 
-_ABSENT = object()
-
-
 def _disturbed(side: SideResult) -> dict[int, bool] | None:
     """Wave -> whether the machine took a whole step's time from one of this side's steps
     of it (canary.wave_disturbed); None where the run had no canary; a wave is missing where

@@ -32,7 +32,7 @@ def test_the_timetable_is_the_seeds_and_its_bursts_do_not_overlap():
     assert 0.4 < gaps.mean() < 0.6                       # exponential, mean 0.5
 
 
-def _steps(marked_waves: set[tuple[str, int]], t_burst: list[float]) -> pd.DataFrame:
+def _steps(marked_waves: set[tuple[str, int]]) -> pd.DataFrame:
     """Two sides, 4 waves of 10 steps of 10 ms each, side after side; the canary says the
     machine took 20 ms from each step of `marked_waves` (a whole step: marked)."""
     rows, t = [], 1000.0
@@ -50,7 +50,7 @@ def test_the_scorer_counts_marks_against_the_timetable():
     # wave-sides in time order: (b,0) 1000.0-1000.1, (c,0) -1000.2, (b,1) -1000.3, ...
     table = pd.DataFrame({"start_s": [1000.052, 1000.553], "end_s": [1000.068, 1000.578]})
     marked = {("baseline", 0), ("candidate", 3)}       # (b,0) hit; (c,2) missed; (c,3) false
-    s = storm.score(table, _steps(marked, []))
+    s = storm.score(table, _steps(marked))
     assert s["wave_sides"] == 8
     assert (s["stormed_marked"], s["stormed_unmarked"]) == (1, 1)
     assert (s["quiet_marked"], s["quiet_unmarked"]) == (1, 5)
