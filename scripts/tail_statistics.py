@@ -100,16 +100,25 @@ def disturbed_waves(steps: pd.DataFrame) -> set[int] | None:
                               g["duration_ms"].to_numpy(float))}
 
 
+def _per_wave(steps: pd.DataFrame) -> dict[str, dict[int, np.ndarray]]:
+    return {side: {int(w): g["duration_ms"].to_numpy(float) for w, g in df.groupby("wave")}
+            for side, df in steps.groupby("side")}
+
+
 def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, bool] | None]:
     """Each statistic's (estimate, flagged) on one run; None where it measured nothing."""
-    steps = pd.read_csv(run / "steps.csv",
-                        usecols=lambda c: c in ("side", "wave", "duration_ms", "machine_lost_ms"))
-    per = {side: {int(w): g["duration_ms"].to_numpy(float) for w, g in df.groupby("wave")}
-           for side, df in steps.groupby("side")}
+    steps = pd.read_csv(run / "steps.csv", usecols=lambda c: c in (
+        "side", "wave", "duration_ms", "machine_lost_ms", "kind"))
+    per = _per_wave(steps)
     if len(set(per.get("baseline", {})) & set(per.get("candidate", {}))) < MIN_WAVES:
         raise ValueError(f"{run}: fewer than {MIN_WAVES} shared waves")
     out = {name: f(per["baseline"], per["candidate"], bar, alpha)
            for name, f in STATISTICS.items()}
+    if "kind" in steps:                # a decode-heavy wave's few prefills weigh in a
+        dec = _per_wave(steps[steps["kind"] != "mixed"])   # weighted tail estimate
+        out["decode: wave P99"] = _blocked(dec["baseline"], dec["candidate"], 99, bar, alpha)
+        out["decode: wave P99 (Harrell-Davis)"] = _blocked(
+            dec["baseline"], dec["candidate"], 99, bar, alpha, _hd)
     out["wave P99, every wave"] = _blocked(per["baseline"], per["candidate"], 99, bar, alpha)
     out["wave P99, canary-quiet waves"] = _quiet(per["baseline"], per["candidate"],
                                                  disturbed_waves(steps), bar, alpha)
@@ -140,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  skipped: {e}", file=sys.stderr)
     plans = sorted({k[0] for k in tally}, key=lambda s: (s != "clean", s))
     print(f"bar +{a.bar:.0%}, alpha {a.alpha}; per plan: flagged/runs (median estimate)")
-    print(f"{'statistic':<30}" + "".join(f"{pl:>22}" for pl in plans))
-    for name in [*STATISTICS, "wave P99, every wave", "wave P99, canary-quiet waves"]:
+    print(f"{'statistic':<34}" + "".join(f"{pl:>22}" for pl in plans))
+    for name in [*STATISTICS, "decode: wave P99", "decode: wave P99 (Harrell-Davis)",
+                 "wave P99, every wave", "wave P99, canary-quiet waves"]:
         cells = []
         for pl in plans:
             res = tally.get((pl, name), [])
@@ -151,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             hits = sum(f for _, f in res)
             est = np.median([e for e, _ in res]) if res else float("nan")
             cells.append(f"{hits}/{len(res)} ({est:+.1%})")
-        print(f"{name:<30}" + "".join(f"{c:>22}" for c in cells))
+        print(f"{name:<34}" + "".join(f"{c:>22}" for c in cells))
     return 0
 
 
