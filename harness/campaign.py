@@ -11,6 +11,7 @@ writes the runs' and the campaign's report.html once the directory is in its pla
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from scipy.stats import norm
 
 from mrbench.contract import BadInput
 
@@ -151,6 +153,9 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
                 if c["metric"] in LATENCY_SOURCES and c["ci"] and c["ci"][0] is not None:
                     row["shift"].append((c["delta"], c["ci"][0]))
                     row["bar"] = latency_bar(suite, c["workload"], c["metric"])
+                    if c["ci"][1] is not None:
+                        row.setdefault("ci", []).append((c["delta"], *c["ci"]))
+                        row["alpha"] = _entry_thresholds(suite, c["workload"]).alpha
     checks = {}
     for name, row in sorted(per.items()):
         d = np.array(row["deltas"], dtype=float)
@@ -163,7 +168,7 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
             delta_max=float(d.max()) if len(d) else None,
             delta_min=float(d.min()) if len(d) else None, deltas=d.tolist(),
             ci_hi_max=max(row["ci_hi"]) if row["ci_hi"] else None,
-            projection=_projection(row))
+            projection=_projection(row), heterogeneity=_heterogeneity(row))
     worst = max((c["rate"] for c in checks.values()), default=0.0)
     s = runs[-1][0] if runs else {}
     return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
@@ -202,15 +207,38 @@ POWER_TARGET = 0.80       # the detection rate a minimum detectable effect must 
 PROJECTED_SHIFTS = (0.02, 0.05, 0.076, 0.10, 0.15, 0.20, 0.30, 0.50)
 
 
-def latency_bar(suite: Suite, workload: str, metric: str) -> float | None:
-    """The relative bar a latency check of `workload` is judged against: its entry's
-    `median_rel` for a median, `latency_rel` for a P99 (a sweep's workload is
+def _entry_thresholds(suite: Suite, workload: str):
+    """The thresholds of the suite entry that `workload` belongs to (a sweep's workload is
     `ENTRY.POINT`)."""
     ids = [w.id for w in suite.workloads]
     entry = max((i for i in ids if workload == i or workload.startswith(f"{i}.")),
                 key=len, default=None)
-    th = suite.thresholds_for(entry) if entry else suite.thresholds
+    return suite.thresholds_for(entry) if entry else suite.thresholds
+
+
+def latency_bar(suite: Suite, workload: str, metric: str) -> float | None:
+    """The relative bar a latency check of `workload` is judged against: its entry's
+    `median_rel` for a median, `latency_rel` for a P99."""
+    th = _entry_thresholds(suite, workload)
     return th.median_rel if metric.startswith("median_") else th.latency_rel
+
+
+def _heterogeneity(row: dict) -> dict | None:
+    """Whether the A/A runs of a latency check spread wider than their own CIs say (an
+    effect of each run's engine instances, which no number of waves averages away):
+    stats.heterogeneity_cochran_q on the log ratios, each run's standard error read off its
+    CI (level 1 - 2 alpha, normal approximation)."""
+    if len(row.get("ci", ())) < 3:
+        return None
+    z = float(norm.ppf(1 - row["alpha"]))
+    d, lo, hi = (np.array(x, dtype=float) for x in zip(*row["ci"]))
+    h = stats.heterogeneity_cochran_q(np.log1p(d), (np.log1p(hi) - np.log1p(lo)) / (2 * z))
+    if math.isnan(h.q):
+        return None
+    return dict(runs=h.runs, q=h.q, df=h.df, p_value=h.p_value, i2=h.i2,
+                tau_pct=math.expm1(h.tau) * 100, se_ratio=h.se_ratio,
+                method=f"{h.method} on the runs' per-wave log ratios; each run's standard "
+                       f"error from its {1 - 2 * row['alpha']:.0%} CI, normal approximation")
 
 
 def _projection(row: dict) -> dict | None:
@@ -327,7 +355,9 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                             else None,
                             false_alarm_ci=[fa.lo, fa.hi] if row["aa_runs"] else None,
                             detection=det, mde_pct=mde,
-                            projection=projected["checks"].get(name, {}).get("projection"))
+                            projection=projected["checks"].get(name, {}).get("projection"),
+                            heterogeneity=projected["checks"].get(name, {})
+                            .get("heterogeneity"))
     per_plan = {"clean": plans.count(None), **{f"{p:g}": plans.count(p) for p in pcts}}
     # what the ruler moved, in the gate's own estimate: a nominal PCT is a share of a
     # measured time, and the step's response to it is measured here, not assumed

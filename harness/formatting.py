@@ -88,6 +88,24 @@ def fmt_projected_mde(proj: dict | None) -> str:
     return f"{proj['mde_pct']:g} % (of {proj['runs']} runs)"
 
 
+def fmt_heterogeneity(checks: dict) -> list[str]:
+    """Per latency check with a heterogeneity reading (campaign._heterogeneity), one line:
+    whether its A/A runs spread wider than their own CIs, and by how much between runs."""
+    out = []
+    for name, c in checks.items():
+        h = c.get("heterogeneity")
+        if not h:
+            continue
+        head = (f"{name}: A/A estimates spread {h['se_ratio']:.2f}x their runs' own standard "
+                f"errors (Cochran's Q p = {h['p_value']:.2g}, {h['runs']} runs)")
+        if h["p_value"] < 0.05:
+            out.append(f"{head}: between runs +-{h['tau_pct']:.1f} % that no run's CI "
+                       f"covers; the bar, not the CI, holds false alarms down")
+        else:
+            out.append(f"{head}: no spread beyond the CIs shown")
+    return out
+
+
 def fmt_realized(res: dict) -> list[str]:
     """A power study's `realized_pct` as lines: what each ruler size moved the medians
     and P99s by ('slow-step:5 moved median_step +5.7 %, median_tpot +5.4 %, ...')."""

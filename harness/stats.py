@@ -40,6 +40,8 @@ __all__ = [
     "paired_diff_proportion_ci",
     "mean_ci_t",
     "summarize_latency",
+    "Heterogeneity",
+    "heterogeneity_cochran_q",
 ]
 
 ArrayLike = Iterable[Any]
@@ -69,6 +71,24 @@ class TestResult:
 
     statistic: float
     p_value: float
+    method: str
+
+
+@dataclass(frozen=True)
+class Heterogeneity:
+    """How far independent runs' estimates of one quantity spread beyond each run's own
+    standard error (``method``): Cochran's Q on ``df`` degrees of freedom and its p-value,
+    I^2 (the share of the spread that is between runs), ``tau`` (the between-run standard
+    deviation, on the estimates' scale) and ``se_ratio`` (the estimates' standard deviation
+    over their root-mean-square standard error: about 1 when each run's CI is honest)."""
+
+    runs: int
+    q: float
+    df: int
+    p_value: float
+    i2: float
+    tau: float
+    se_ratio: float
     method: str
 
 
@@ -641,3 +661,35 @@ def projected_mde_aa(deltas: ArrayLike, ci_los: ArrayLike, bar: float,
              for s in sorted(np.asarray(shifts, dtype=float))}
     mde = next((s for s, r in rates.items() if s > 0 and r >= target), None)
     return rates, mde
+
+
+def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Heterogeneity:
+    """Cochran's Q test that independent runs estimate one common value, each with its own
+    standard error; I^2 and the DerSimonian-Laird between-run standard deviation ``tau``.
+
+    Why: a run's CI covers the noise inside the run (its waves) and nothing else. If each run
+    has something of its own that moves its estimate (two engine instances that differ by a
+    fixed amount for their whole life), A/A runs spread wider than their CIs say, each run's
+    p-value is too small, and only the bar keeps false alarms down; more waves then narrow
+    the CI but not that spread. Q compares the spread with the CIs: under a common value,
+    Q ~ chi^2(k - 1). Runs with a missing or non-positive standard error are left out;
+    fewer than 3 runs give NaN."""
+    e = _as_1d_float(estimates, "estimates", dropna=False)
+    se = _as_1d_float(std_errors, "std_errors", dropna=False)
+    if e.size != se.size:
+        raise ValueError(f"estimates and std_errors differ in length ({e.size} vs {se.size})")
+    ok = np.isfinite(e) & np.isfinite(se) & (se > 0)
+    e, se = e[ok], se[ok]
+    method = "Cochran's Q (chi^2, k-1 df), I^2, DerSimonian-Laird tau"
+    k = int(e.size)
+    if k < 3:
+        return Heterogeneity(k, _NAN, max(k - 1, 0), _NAN, _NAN, _NAN, _NAN, method)
+    w = 1.0 / se**2
+    mu = float(np.sum(w * e) / np.sum(w))
+    q = float(np.sum(w * (e - mu) ** 2))
+    df = k - 1
+    i2 = max(0.0, (q - df) / q) if q > 0 else 0.0
+    tau2 = max(0.0, (q - df) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
+    ratio = float(np.std(e, ddof=1) / math.sqrt(np.mean(se**2)))
+    return Heterogeneity(k, q, df, float(_st.chi2.sf(q, df)), i2, math.sqrt(tau2), ratio,
+                         method)

