@@ -17,11 +17,23 @@ slow-step size), how often each flagged and what it estimated:
   take a whole step's time on either side; runs without the canary's `machine_lost_ms`
   column are "not measured" there. (With a canary the gate itself leaves those waves
   out, so its own row is the second.)
+- `decode: ...`: the wave P99 of the decode steps alone. A wave of the H100's gsm8k entry
+  has ~215 decode steps of ~1 ms and 2 prefills of 5-26 ms: the plain P99 is a decode
+  step, while the Harrell-Davis weights reach the two prefills, so over all steps it
+  measures mostly them (docs/detection-power.md, "The canary on the H100").
 A clean run's flag is a false alarm; a ruler run's a detection. Judged on the same runs
 that suggest it, so a winner here still needs its own A/A and ruler study.
 
-Usage: python scripts/tail_statistics.py [--bar 0.05] [--alpha 0.05] RUN_DIR [RUN_DIR ...]
-(each RUN_DIR holds finished runs: summary.json and steps.csv, e.g. a power study's pieces)
+`--pool-waves N` also asks what N waves a run would buy: per plan, each run's canary-quiet
+per-wave P99 log ratios are joined with the next runs' (in order, wrapping around) and cut
+to N waves, then judged with the gate's test; the clean windows also give the shift-model
+projection (stats.shifted_detection_aa). Windows share runs, so the rates are indications,
+not independent runs. It assumes runs are exchangeable (no effect of a run's own; see
+`calibrate`'s Cochran's Q).
+
+Usage: python scripts/tail_statistics.py [--bar 0.05] [--alpha 0.05] [--pool-waves N]
+RUN_DIR [RUN_DIR ...] (each RUN_DIR holds finished runs: summary.json and steps.csv, e.g. a
+power study's pieces)
 """
 from __future__ import annotations
 
@@ -125,12 +137,77 @@ def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, boo
     return out
 
 
+def quiet_p99_log_ratios(run: Path, decode: bool = False) -> np.ndarray:
+    """One run's per-wave P99 log ratios (candidate over baseline) over the waves the
+    canary left quiet (all waves without a canary); `decode`: of the decode steps alone."""
+    steps = pd.read_csv(run / "steps.csv", usecols=lambda c: c in (
+        "side", "wave", "duration_ms", "machine_lost_ms", "kind"))
+    out = disturbed_waves(steps) or set()
+    if decode and "kind" in steps:
+        steps = steps[steps["kind"] != "mixed"]
+    per = _per_wave(steps)
+    waves = [w for w in sorted(set(per["baseline"]) & set(per["candidate"])) if w not in out]
+    return np.log([np.percentile(per["candidate"][w], 99) / np.percentile(per["baseline"][w], 99)
+                   for w in waves])
+
+
+SHIFTS = (0.05, 0.076, 0.10)
+
+
+def pooled_waves(ratios: list[np.ndarray], n: int, bar: float, alpha: float
+                 ) -> list[tuple[float, float, bool]] | None:
+    """Per run, the gate's test on its log ratios joined with the next runs' (wrapping
+    around) and cut to n waves: (estimate, CI lower bound, flagged). None: the runs hold
+    fewer than n waves together."""
+    if sum(len(r) for r in ratios) < n:
+        return None
+    out = []
+    for i in range(len(ratios)):
+        joined, j = [], i
+        while sum(map(len, joined)) < n:
+            joined.append(ratios[j % len(ratios)])
+            j += 1
+        hl = stats.hodges_lehmann_ci_signed_rank(np.concatenate(joined)[:n], level=1 - 2 * alpha)
+        est, lo = math.expm1(hl.estimate), math.expm1(hl.lo)
+        out.append((est, lo, bool(lo > 0 and est > bar)))
+    return out
+
+
+def print_pooled(runs: list[tuple[Path, str]], n: int, bar: float, alpha: float) -> None:
+    """The --pool-waves table: per statistic and plan, flagged windows of n waves."""
+    plans = sorted({pl for _, pl in runs}, key=lambda s: (s != "clean", s))
+    print(f"\nruns joined to {n} waves (windows share runs: indications, not independent runs)")
+    for decode in (False, True):
+        name = "decode: wave P99" if decode else "wave P99, canary-quiet waves"
+        cells = []
+        for pl in plans:
+            res = pooled_waves([quiet_p99_log_ratios(r, decode) for r, p in runs if p == pl],
+                               n, bar, alpha)
+            if res is None:
+                cells.append(f"{pl}: not measured (fewer than {n} waves)")
+                continue
+            est = np.median([e for e, _, _ in res])
+            cell = f"{pl}: {sum(f for *_, f in res)}/{len(res)} ({est:+.1%})"
+            if pl == "clean":
+                d, lo = [e for e, _, _ in res], [x for _, x, _ in res]
+                cell += " projected " + ", ".join(
+                    f"+{s:.1%}: {stats.shifted_detection_aa(d, lo, s, bar):.0%}" for s in SHIFTS)
+            cells.append(cell)
+        print(f"{name:<34}" + "; ".join(cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dirs", nargs="+", type=Path)
     p.add_argument("--bar", type=float, default=0.05, help="relative bar (gpu-quick: 0.05)")
     p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--pool-waves", type=int, metavar="N",
+                   help="also judge each plan's runs joined end to end, N waves a window")
     a = p.parse_args(argv)
+    if a.pool_waves is not None and a.pool_waves < 6:
+        print(f"tail_statistics: --pool-waves must be >= 6, got {a.pool_waves}",
+              file=sys.stderr)
+        return 2
     runs = sorted({f.parent for d in a.dirs for f in d.glob("**/steps.csv")
                    if (f.parent / "summary.json").is_file()})
     if not runs:
@@ -138,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(map(str, a.dirs))}", file=sys.stderr)
         return 2
     tally: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
+    judged: list[tuple[Path, str]] = []
     for i, run in enumerate(runs, 1):
         plan = plan_of(json.loads((run / "summary.json").read_text()))
         print(f"[{i}/{len(runs)}] {run} ({plan})", file=sys.stderr, flush=True)
@@ -145,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, res in judge_run(run, a.bar, a.alpha).items():
                 if res is not None:
                     tally[(plan, name)].append(res)
+            judged.append((run, plan))
         except (ValueError, KeyError) as e:
             print(f"  skipped: {e}", file=sys.stderr)
     plans = sorted({k[0] for k in tally}, key=lambda s: (s != "clean", s))
@@ -162,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             est = np.median([e for e, _ in res]) if res else float("nan")
             cells.append(f"{hits}/{len(res)} ({est:+.1%})")
         print(f"{name:<34}" + "".join(f"{c:>22}" for c in cells))
+    if a.pool_waves:
+        print_pooled(judged, a.pool_waves, a.bar, a.alpha)
     return 0
 
 

@@ -8,8 +8,8 @@
 #   (cp312), annotated-types, typing-inspection, typing_extensions, fetched here with
 #   `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 #   manylinux2014_x86_64 -d .whl ...`, installed there with `pip install --no-index
-#   --no-deps --target /tmp/site .whl/*.whl` and PYTHONPATH=/tmp/site). Writes OUT_DIR/<name>.stdout/.stderr,
-#   OUT_DIR/timings.txt and OUT_DIR/runs.tgz (every run directory, refreshed after each step,
+#   --no-deps --target /tmp/site .whl/*.whl` and PYTHONPATH=/tmp/site).
+#   Writes OUT_DIR/<name>.stdout/.stderr, OUT_DIR/timings.txt and OUT_DIR/runs.tgz (every run directory, refreshed after each step,
 #   so a machine taken away keeps what finished; a campaign's unfinished runs are in its
 #   hidden .power-* directory).
 #   gate     `run gpu-quick --device cuda`: clean V2 against V1, timed (the cross-runner gap)

@@ -61,3 +61,44 @@ def test_the_table_tallies_runs_by_plan(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "clean" in out and "slow-step:30" in out and "0/1" in out and "1/1" in out
     assert tail_statistics.main([str(tmp_path / "none")]) == 2
+
+
+def test_runs_joined_to_more_waves_are_judged_with_the_gate_test(tmp_path, capsys):
+    slow = [tail_statistics.quiet_p99_log_ratios(_run(tmp_path / f"s{i}", 0.10,
+                                                      ["slow-step:10"], 10 + i))
+            for i in range(3)]
+    same = [tail_statistics.quiet_p99_log_ratios(_run(tmp_path / f"c{i}", 0.0, [], 20 + i))
+            for i in range(3)]
+    assert all(len(r) == 12 for r in slow)
+    joined = tail_statistics.pooled_waves(slow, 24, 0.05, 0.05)
+    assert len(joined) == 3 and all(f and e > 0.05 for e, _, f in joined), joined
+    assert not any(f for *_, f in tail_statistics.pooled_waves(same, 24, 0.05, 0.05))
+    assert tail_statistics.pooled_waves(same, 37, 0.05, 0.05) is None   # 36 waves in all
+    for name, r in (("clean-00", same), ("slow10-00", slow)):
+        _run(tmp_path / "study" / name, 0.10 if r is slow else 0.0,
+             ["slow-step:10"] if r is slow else [], 30)
+    assert tail_statistics.main(["--pool-waves", "12", str(tmp_path / "study")]) == 0
+    out = capsys.readouterr().out
+    assert "joined to 12 waves" in out and "slow-step:10: 1/1" in out and "projected" in out
+    assert tail_statistics.main(["--pool-waves", "3", str(tmp_path / "study")]) == 2
+
+
+def test_the_decode_rows_see_through_a_wave_prefills(tmp_path):
+    """Only the 2 prefills of each wave got 30 % slower: the Harrell-Davis P99 of all steps
+    weighs them in and flags it; the decode steps' P99s stay put."""
+    rng = np.random.default_rng(40)
+    rows = []
+    for wave in range(12):
+        for side, factor in (("baseline", 1.0), ("candidate", 1.3)):
+            for i, d in enumerate(rng.lognormal(np.log(0.5), 0.2, size=200)):
+                prefill = i < 2
+                rows.append(dict(side=side, wave=wave, kind="mixed" if prefill else "decode",
+                                 duration_ms=d * 30 * factor if prefill else d))
+    run = tmp_path / "prefills"
+    run.mkdir()
+    pd.DataFrame(rows).to_csv(run / "steps.csv", index=False)
+    (run / "summary.json").write_text(json.dumps(dict(candidate_faults=["slow-step:30"])))
+    res = tail_statistics.judge_run(run, 0.05, 0.05)
+    assert res["wave P99 (Harrell-Davis)"][1] is True
+    assert res["decode: wave P99 (Harrell-Davis)"][1] is False
+    assert res["decode: wave P99"][1] is False
