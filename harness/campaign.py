@@ -29,7 +29,7 @@ from . import formatting, stats
 from .compare import LATENCY_SOURCES
 from .orchestrate import Isolation, Overrides, run_suite
 from .results import check_out, environment, write_json
-from .suite import Suite
+from .suite import Suite, Thresholds
 from .targets.base import SideSpec
 
 
@@ -207,7 +207,7 @@ POWER_TARGET = 0.80       # the detection rate a minimum detectable effect must 
 PROJECTED_SHIFTS = (0.02, 0.05, 0.076, 0.10, 0.15, 0.20, 0.30, 0.50)
 
 
-def _entry_thresholds(suite: Suite, workload: str):
+def _entry_thresholds(suite: Suite, workload: str) -> Thresholds:
     """The thresholds of the suite entry that `workload` belongs to (a sweep's workload is
     `ENTRY.POINT`)."""
     ids = [w.id for w in suite.workloads]
