@@ -60,10 +60,16 @@ def _hd(x: np.ndarray, q: float) -> float:
     return float(hdquantiles(x, prob=[q / 100])[0])
 
 
+def _log_ratios(bw: dict, cw: dict, q: float, quantile=np.percentile,
+                leave_out: set[int] | frozenset[int] = frozenset()) -> np.ndarray:
+    """Per shared wave (less `leave_out`), log(candidate's q-th quantile / baseline's)."""
+    waves = [w for w in sorted(set(bw) & set(cw)) if w not in leave_out]
+    return np.log([quantile(cw[w], q) / quantile(bw[w], q) for w in waves])
+
+
 def _blocked(bw: dict, cw: dict, q: float, bar: float, alpha: float,
              quantile=np.percentile) -> tuple[float, bool]:
-    waves = sorted(set(bw) & set(cw))
-    logr = np.log([quantile(cw[w], q) / quantile(bw[w], q) for w in waves])
+    logr = _log_ratios(bw, cw, q, quantile)
     hl = stats.hodges_lehmann_ci_signed_rank(logr, level=1 - 2 * alpha)
     p = stats.wilcoxon_signed_rank(logr, alternative="greater").p_value
     rel = math.expm1(hl.estimate)
@@ -117,10 +123,14 @@ def _per_wave(steps: pd.DataFrame) -> dict[str, dict[int, np.ndarray]]:
             for side, df in steps.groupby("side")}
 
 
+def _read_steps(run: Path) -> pd.DataFrame:
+    return pd.read_csv(run / "steps.csv", usecols=lambda c: c in (
+        "side", "wave", "duration_ms", "machine_lost_ms", "kind"))
+
+
 def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, bool] | None]:
     """Each statistic's (estimate, flagged) on one run; None where it measured nothing."""
-    steps = pd.read_csv(run / "steps.csv", usecols=lambda c: c in (
-        "side", "wave", "duration_ms", "machine_lost_ms", "kind"))
+    steps = _read_steps(run)
     per = _per_wave(steps)
     if len(set(per.get("baseline", {})) & set(per.get("candidate", {}))) < MIN_WAVES:
         raise ValueError(f"{run}: fewer than {MIN_WAVES} shared waves")
@@ -137,18 +147,14 @@ def judge_run(run: Path, bar: float, alpha: float) -> dict[str, tuple[float, boo
     return out
 
 
-def quiet_p99_log_ratios(run: Path, decode: bool = False) -> np.ndarray:
+def quiet_p99_log_ratios(steps: pd.DataFrame, decode: bool = False) -> np.ndarray:
     """One run's per-wave P99 log ratios (candidate over baseline) over the waves the
     canary left quiet (all waves without a canary); `decode`: of the decode steps alone."""
-    steps = pd.read_csv(run / "steps.csv", usecols=lambda c: c in (
-        "side", "wave", "duration_ms", "machine_lost_ms", "kind"))
     out = disturbed_waves(steps) or set()
     if decode and "kind" in steps:
         steps = steps[steps["kind"] != "mixed"]
     per = _per_wave(steps)
-    waves = [w for w in sorted(set(per["baseline"]) & set(per["candidate"])) if w not in out]
-    return np.log([np.percentile(per["candidate"][w], 99) / np.percentile(per["baseline"][w], 99)
-                   for w in waves])
+    return _log_ratios(per["baseline"], per["candidate"], 99, leave_out=out)
 
 
 SHIFTS = (0.05, 0.076, 0.10)
@@ -176,13 +182,14 @@ def pooled_waves(ratios: list[np.ndarray], n: int, bar: float, alpha: float
 def print_pooled(runs: list[tuple[Path, str]], n: int, bar: float, alpha: float) -> None:
     """The --pool-waves table: per statistic and plan, flagged windows of n waves."""
     plans = sorted({pl for _, pl in runs}, key=lambda s: (s != "clean", s))
+    steps = {r: _read_steps(r) for r, _ in runs}
     print(f"\nruns joined to {n} waves (windows share runs: indications, not independent runs)")
     for decode in (False, True):
-        name = "decode: wave P99" if decode else "wave P99, canary-quiet waves"
+        name = f"{'decode: ' if decode else ''}wave P99, canary-quiet waves"
         cells = []
         for pl in plans:
-            res = pooled_waves([quiet_p99_log_ratios(r, decode) for r, p in runs if p == pl],
-                               n, bar, alpha)
+            res = pooled_waves([quiet_p99_log_ratios(steps[r], decode)
+                                for r, p in runs if p == pl], n, bar, alpha)
             if res is None:
                 cells.append(f"{pl}: not measured (fewer than {n} waves)")
                 continue
@@ -193,7 +200,7 @@ def print_pooled(runs: list[tuple[Path, str]], n: int, bar: float, alpha: float)
                 cell += " projected " + ", ".join(
                     f"+{s:.1%}: {stats.shifted_detection_aa(d, lo, s, bar):.0%}" for s in SHIFTS)
             cells.append(cell)
-        print(f"{name:<34}" + "; ".join(cells))
+        print(f"{name:<38}" + "; ".join(cells))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,11 +64,10 @@ def test_the_table_tallies_runs_by_plan(tmp_path, capsys):
 
 
 def test_runs_joined_to_more_waves_are_judged_with_the_gate_test(tmp_path, capsys):
-    slow = [tail_statistics.quiet_p99_log_ratios(_run(tmp_path / f"s{i}", 0.10,
-                                                      ["slow-step:10"], 10 + i))
-            for i in range(3)]
-    same = [tail_statistics.quiet_p99_log_ratios(_run(tmp_path / f"c{i}", 0.0, [], 20 + i))
-            for i in range(3)]
+    def ratios(run):
+        return tail_statistics.quiet_p99_log_ratios(pd.read_csv(run / "steps.csv"))
+    slow = [ratios(_run(tmp_path / f"s{i}", 0.10, ["slow-step:10"], 10 + i)) for i in range(3)]
+    same = [ratios(_run(tmp_path / f"c{i}", 0.0, [], 20 + i)) for i in range(3)]
     assert all(len(r) == 12 for r in slow)
     joined = tail_statistics.pooled_waves(slow, 24, 0.05, 0.05)
     assert len(joined) == 3 and all(f and e > 0.05 for e, _, f in joined), joined
