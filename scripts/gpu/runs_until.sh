@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A power or false-alarm study in lease-sized pieces: single runs of one suite entry, the
+# settings taking turns (clean, then each slow-step PCT, again ...), started only while the
+# next one still fits the call's time, each run packed into OUT_DIR as soon as it ends.
+#
+# Why not `mrbench power`: a device call ends at 10 minutes and a machine goes back after
+# 30, and a campaign killed mid-run loses that run and writes no power.json. Here every
+# call ends between runs, and the pieces of several calls and machines are read back
+# together with scripts/power_from_runs.py (the judgement is the same aggregate_power).
+#
+# Usage: scripts/gpu/runs_until.sh OUT_DIR TAG SECONDS [SETTINGS]
+#   TAG       prefix of the run directories (unique per call: m1c2 = machine 1, call 2)
+#   SECONDS   the call's budget: no run starts unless the last run's time (x 1.1) still fits
+#   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6)
+# Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5), FIRST (index of the
+#   first setting this call takes, so that calls go on where the last one stopped),
+#   MRBENCH_DATA_DIR (default ./.gpudata), PYTHON.
+# The runs themselves go to RUNS_DIR (default /tmp/mrbench-runs: a device call brings back
+# at most 8 files from $OUT). Writes OUT_DIR/runs.tgz (summary.json, manifest.json and the step/request tables of each
+# finished run; not itl.csv, 18 MB a 96-wave run), OUT_DIR/log.txt (one line a run: its
+# setting, exit code, seconds, verdicts) and OUT_DIR/env.txt.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=$(realpath -m "${1:?usage: runs_until.sh OUT_DIR TAG SECONDS [SETTINGS]}")
+tag=${2:?TAG}
+budget=${3:?SECONDS}
+IFS=, read -ra settings <<< "${4:-clean,7.6}"
+py=${PYTHON:-python3}
+entry=${ENTRY:-gpu-quick:gsm8k}
+$py -c "import pydantic" 2>/dev/null || { echo "runs_until.sh: pydantic is missing" \
+    "(carry .whl; see scripts/gpu/bundled_power.sh)"; exit 2; }
+runs=$(realpath -m "${RUNS_DIR:-/tmp/mrbench-runs}")
+mkdir -p "$out" "$runs"
+export MRBENCH_DATA_DIR=$(realpath -m "${MRBENCH_DATA_DIR:-.gpudata}")
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  $py -c "import torch; print('torch', torch.__version__)"; nproc
+  echo "git: MRBENCH_GIT_SHA=${MRBENCH_GIT_SHA:-unset}"; } > "$out/env.txt" 2>&1
+pin=()
+[[ -n ${PIN_CPUS-4} ]] && pin=(--pin-cpus "${PIN_CPUS-4}")
+[[ -n ${PIN_CPUS-4} && -n ${CANARY_CPU-5} ]] && pin+=(--canary-cpu "${CANARY_CPU-5}")
+i=${FIRST:-0} last=0
+while :; do
+  used=$SECONDS
+  if (( last > 0 && used + last * 11 / 10 > budget )); then
+    echo "stop: ${used} s used, the next run would take ~${last} s of ${budget}" | tee -a "$out/log.txt"
+    break
+  fi
+  s=${settings[$(( i % ${#settings[@]} ))]}
+  name=$(printf '%s-%02d-%s' "$tag" "$i" "$s")
+  fault=()
+  [[ $s != clean ]] && fault=(--fault "slow-step:$s")
+  t0=$SECONDS
+  $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" --device "${DEVICE:-cuda}" \
+      "${pin[@]}" --out "$runs/$name" > "$runs/$name.stdout" 2> "$runs/$name.stderr"
+  rc=$?
+  last=$(( SECONDS - t0 ))
+  verdicts=$(grep -Eo '(p99|median)_[a-z_]+ms[^|]*(regression|pass|info)' "$runs/$name.stdout" \
+             | awk '{print $1, $NF}' | tr '\n' ' ')
+  echo "$name: exit $rc in ${last} s; $verdicts" | tee -a "$out/log.txt"
+  (cd "$runs" && find . -maxdepth 2 -type f \( -name summary.json -o -name manifest.json \
+      -o -name '*.csv' ! -name itl.csv -o -name '*.stdout' -o -name '*.stderr' \) \
+      | tar czf "$out/runs.tgz.part" -T - && mv "$out/runs.tgz.part" "$out/runs.tgz")
+  i=$(( i + 1 ))
+done
+echo "next FIRST=$i" | tee -a "$out/log.txt"
