@@ -17,7 +17,8 @@
 #   MRBENCH_DATA_DIR (default ./.gpudata), PYTHON.
 # The runs themselves go to RUNS_DIR (default /tmp/mrbench-runs: a device call brings back
 # at most 8 files from $OUT). Writes OUT_DIR/runs.tgz (summary.json, manifest.json and the step/request tables of each
-# finished run; not itl.csv, 18 MB a 96-wave run), OUT_DIR/log.txt (one line a run: its
+# run this call finished (TAG-*: RUNS_DIR outlives the call on a warm machine, and one
+# file back is 16 MB at most; about 1.2 MB a 96-wave run); not itl.csv, 18 MB a 96-wave run), OUT_DIR/log.txt (one line a run: its
 # setting, exit code, seconds, verdicts) and OUT_DIR/env.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,7 +59,7 @@ while :; do
   verdicts=$(grep -Eo '(p99|median)_[a-z_]+ms[^|]*(regression|pass|info)' "$runs/$name.stdout" \
              | awk '{print $1, $NF}' | tr '\n' ' ')
   echo "$name: exit $rc in ${last} s; $verdicts" | tee -a "$out/log.txt"
-  (cd "$runs" && find . -maxdepth 2 -type f \( -name summary.json -o -name manifest.json \
+  (cd "$runs" && find . -maxdepth 2 -type f -path "./$tag-*" \( -name summary.json -o -name manifest.json \
       -o -name '*.csv' ! -name itl.csv -o -name '*.stdout' -o -name '*.stderr' \) \
       | tar czf "$out/runs.tgz.part" -T - && mv "$out/runs.tgz.part" "$out/runs.tgz")
   i=$(( i + 1 ))
