@@ -362,17 +362,24 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
     # what the ruler moved, in the gate's own estimate: a nominal PCT is a share of a
     # measured time, and the step's response to it is measured here, not assumed
     realized: dict[str, dict[str, float]] = defaultdict(dict)
+    added: dict[str, float] = {}
     for metric in ("median_step_ms", "median_tpot_ms", "p99_step_ms", "p99_itl_ms"):
         for p in pcts:
             d = [c["delta"] for (s, _), q in zip(runs, plans) if q == p for c in s["checks"]
                  if c["metric"] == metric and c.get("delta") is not None]
             if d:
                 realized[f"{p:g}"][metric] = float(np.median(d)) * 100
+    for p in pcts:        # the ruler's own account of its busy time (compare.ruler_added_pct)
+        a = [side["ruler_added_pct"] for (s, _), q in zip(runs, plans) if q == p
+             for m in (s.get("metrics") or {}).values()
+             if (side := m.get("candidate") or {}).get("ruler_added_pct") is not None]
+        if a:
+            added[f"{p:g}"] = float(np.median(a))
     s = runs[-1][0] if runs else {}
     return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
                 candidate=s.get("candidate"), n=min(per_plan.values()), runs_per_plan=per_plan,
                 pcts=list(pcts), power_target=POWER_TARGET, runs=rows, checks=checks,
-                realized_pct=dict(realized),
+                realized_pct=dict(realized), ruler_added_pct=added,
                 errors=sum(r["verdict"] == "error" for r in rows),
                 method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
                        f"(busy work of PCT % of the candidate's measured step): a latency "
@@ -380,7 +387,9 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                        f"detected in >= {POWER_TARGET:.0%} of its runs, as is every larger "
                        f"one; rates: Wilson 95% CI; "
                        f"projection: the clean runs' shift model; realized_pct: the median "
-                       f"over a PCT's runs of the gate's estimate, per median and P99 check (%)")
+                       f"over a PCT's runs of the gate's estimate, per median and P99 check (%); "
+                       f"ruler_added_pct: the median over a PCT's runs of the ruler's own "
+                       f"busy time as a share of the steps it slowed (%)")
 
 
 def fmt_rate(c: dict) -> str:

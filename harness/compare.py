@@ -82,6 +82,18 @@ def _reported(side: SideResult, metric: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
+def ruler_added_pct(side: SideResult) -> float | None:
+    """What the slow-step ruler says it added: its busy time over the steps it slowed, as a
+    share (%) of those steps' time without it. None without the ruler. Beside the gate's
+    estimate of what the step moved, it tells a ruler that hid (busy time the device would
+    have spent waiting anyway) from a gate that missed."""
+    slowed = [(float(r["ruler_ms"]), float(r["duration_ms"])) for r in side.steps
+              if (r.get("ruler_ms") or 0) > 0]          # NaN > 0 is False
+    if not slowed:
+        return None
+    return 100 * sum(a for a, _ in slowed) / sum(d - a for a, d in slowed)
+
+
 def latency_summary(side: SideResult) -> dict[str, Any]:
     """vLLM's field names: mean_ttft_ms, median_ttft_ms, p90_ttft_ms, p99_ttft_ms, ..."""
     out: dict[str, float] = {}
@@ -97,6 +109,9 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
         s = stats.summarize_latency(_samples(side, "requests", f"{name}_ms"))
         if s["n"]:
             out[f"mean_{name}_ms"], out[f"p99_{name}_ms"] = s["mean"], s["p99"]
+    ruler = ruler_added_pct(side)
+    if ruler is not None:
+        out["ruler_added_pct"] = ruler
     out["output_tokens"] = float(sum(r.get("output_tokens") or 0 for r in side.requests))
     out["output_throughput"] = out["output_tokens"] / side.wall_s if side.wall_s else math.nan
     out.update(side.counters)

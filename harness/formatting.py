@@ -107,8 +107,12 @@ def fmt_heterogeneity(checks: dict) -> list[str]:
 
 
 def fmt_realized(res: dict) -> list[str]:
-    """A power study's `realized_pct` as lines: what each ruler size moved the medians
-    and P99s by ('slow-step:5 moved median_step +5.7 %, median_tpot +5.4 %, ...')."""
-    return [f"slow-step:{p} moved " + ", ".join(f"{m.removesuffix('_ms')} {v:+.1f} %"
-                                                for m, v in moved.items())
+    """A power study's `realized_pct` as lines: what each ruler size added by its own
+    account, where the runs recorded it, and moved the medians and P99s by
+    ('slow-step:5 added +5.0 %, moved median_step +5.7 %, median_tpot +5.4 %, ...')."""
+    added = res.get("ruler_added_pct") or {}
+    return [f"slow-step:{p} "
+            + (f"added {added[p]:+.1f} % (its own account), " if p in added else "")
+            + "moved " + ", ".join(f"{m.removesuffix('_ms')} {v:+.1f} %"
+                                   for m, v in moved.items())
             for p, moved in res.get("realized_pct", {}).items()]

@@ -19,12 +19,13 @@ slow-step:7.6 moved the median step by +10.4 %. The median of a class's first
 itself, up or down (a streaming "frugal" median: O(1), no history, and a burst of tenfold
 steps moves it by a few per cent, not by multiples).
 
-The busy work is real, never a sleep outside the profiled range, and adds no host sync:
+The busy work is real, never a sleep outside the profiled range, and adds no host sync. It
+runs at the start of the wrapped call, before the forward's launches (`run` says why):
 - CPU: the host spins.
 - CUDA: a GPU spin kernel (`torch.cuda._sleep`) of the same length is queued first, then
-  the host spins. A host-bound step (the small bundled model on an H100: the GPU is idle
-  most of the step) grows by the host spin, with the GPU spin hidden under it; a GPU-bound
-  step grows by the GPU spin, with the host spin hidden under the queued work. The spin
+  the host spins. A step that starts on an idle device (a synchronous step) grows by the
+  host spin, the GPU spin running under it; a step whose device still runs earlier work
+  (async scheduling, vLLM) grows by the GPU spin ahead of its own kernels. The spin
   kernel's clock is learned from one timed spin whose CUDA events are read only once they
   have completed (`Event.query`); until then the ruler adds nothing.
 Until 2026-11-25 the CUDA ruler sized a GPU spin alone from per-step CUDA events: on the
@@ -74,11 +75,16 @@ class SlowStep:
         self._calib: tuple[Any, Any] | None = None
 
     def run(self, fn: Callable[..., Any], *args: Any, key: tuple = (), **kwargs: Any) -> Any:
-        """`fn(*args, **kwargs)`, then the ruler's busy work for a step of class `key`;
-        returns what `fn` returned."""
-        t0 = time.perf_counter()
-        out = fn(*args, **kwargs)
-        t1 = time.perf_counter()
+        """The ruler's busy work for a step of class `key`, then `fn(*args, **kwargs)`;
+        returns what `fn` returned.
+
+        Before `fn`, not after: a synchronous step (the bundled engine's: the ruler refuses
+        async scheduling) begins with an idle device, so a host spin there delays the
+        whole step, host and device alike, by its full length. After `fn` it overlapped the
+        device still running the forward just launched (a CUDA graph replay returns at
+        once) and hid, leaving only the GPU spin, whose length rides on a clock learned
+        once: on the lent H200 slow-step:7.6 then moved the median step by +1.8 % to +9.3 %
+        from run to run (docs/detection-power.md, "The ruler hid behind the GPU")."""
         cls = step_class(key)
         base = self.base_ms.get(cls)
         added = 0.0
@@ -88,21 +94,27 @@ class SlowStep:
             added = self._busy(self.frac * base)
             self.added_ms_total += added
             self.slowed_steps += 1
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        t1 = time.perf_counter()
         if self.sized_by == "call":
             self._fold(cls, (t1 - t0) * 1e3)
         else:
             self._unobserved = (cls, added)
         return out
 
-    def observe_step(self, duration_ms: float, key: tuple) -> None:
+    def observe_step(self, duration_ms: float, key: tuple) -> float | None:
         """The engine's measured step (sized_by="step"): folded into its class's median
-        less the busy time the ruler added to it. A step that ran no forward (an empty
-        key) is not one the ruler saw."""
+        less the busy time the ruler added to it; returns that busy time (ms), for the
+        step's record, or None for a step the ruler did not see: one that ran no forward
+        (an empty key), or of another class than the forward's."""
         if not key or self._unobserved is None:
-            return
+            return None
         (cls, added), self._unobserved = self._unobserved, None
-        if cls == step_class(key):                   # else out of step: fold nothing
-            self._fold(cls, duration_ms - added)
+        if cls != step_class(key):                   # out of step: fold nothing
+            return None
+        self._fold(cls, duration_ms - added)
+        return added
 
     def _fold(self, cls: Hashable, ms: float) -> None:
         """One step time into its class's streaming median."""

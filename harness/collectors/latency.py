@@ -27,11 +27,13 @@ def inter_token_latencies(c: Completion) -> list[float]:
 
 def step_rows(steps: list[Step]) -> list[dict]:
     """One row a step; `cpu_ms`, `invol_switches` and `vol_switches` are NaN where the
-    target cannot read its stepping thread's clock."""
+    target cannot read its stepping thread's clock; `ruler_ms` (the slow-step ruler's
+    busy time) only where a step carried the ruler."""
     return [dict(instance=s.instance, step=s.index, t_start_s=s.t_start,
                  duration_ms=(s.t_end - s.t_start) * 1e3, num_reqs=s.num_reqs,
                  num_tokens=s.num_tokens, kind=s.kind,
                  cpu_ms=math.nan if s.cpu_ms is None else s.cpu_ms,
                  invol_switches=math.nan if s.invol_switches is None else s.invol_switches,
-                 vol_switches=math.nan if s.vol_switches is None else s.vol_switches)
+                 vol_switches=math.nan if s.vol_switches is None else s.vol_switches,
+                 **({} if s.ruler_ms is None else dict(ruler_ms=s.ruler_ms)))
             for s in steps]

@@ -206,7 +206,7 @@ class BundledSession:
                 kind = r.dispatch_key[0] if r.dispatch_key else "empty"
                 out.append(Step(r.instance, r.step, r.t_start, r.t_end, r.num_reqs,
                                 r.num_tokens, str(kind), r.cpu_ms, r.invol_switches,
-                                r.vol_switches))
+                                r.vol_switches, r.ruler_ms))
         return sorted(out, key=lambda s: s.t_start)
 
     def reset_steps(self) -> None:

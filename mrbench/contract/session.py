@@ -89,6 +89,9 @@ class Step:
     cpu_ms: float | None = None
     invol_switches: int | None = None
     vol_switches: int | None = None
+    # The slow-step ruler's own busy time in the step (None: no ruler, or a step it did
+    # not see): what the ruler added, to set beside what the step moved
+    ruler_ms: float | None = None
 
 
 @dataclass

@@ -32,6 +32,10 @@ class StepRecord:
     cpu_ms: float | None = None          # CPU time the thread spent in the step
     invol_switches: int | None = None    # times the OS took the CPU from it (preempted)
     vol_switches: int | None = None      # times it gave the CPU up (waited: device, lock, GIL)
+    # The slow-step ruler's busy time in this step (its own account; None without the
+    # ruler or for a step it did not see), so a study can tell what the ruler added from
+    # what the step moved
+    ruler_ms: float | None = None
 
 
 class EngineCore:
@@ -74,7 +78,8 @@ class EngineCore:
             def feed_ruler(core: "EngineCore", sched: SchedulerOutput,
                            out: ModelRunnerOutput) -> None:
                 rec = core.step_records[-1]
-                ruler.observe_step((rec.t_end - rec.t_start) * 1e3, rec.dispatch_key)
+                rec.ruler_ms = ruler.observe_step((rec.t_end - rec.t_start) * 1e3,
+                                                  rec.dispatch_key)
             self.step_callbacks.append(feed_ruler)
 
     def warmup(self) -> None:

@@ -132,6 +132,33 @@ def test_on_the_bundled_engine_the_ruler_is_fed_the_recorded_steps():
     measured = sorted((r.t_end - r.t_start) * 1e3 for r in decode)[len(decode) // 2]
     # the recorded step holds the ruler's third: base ~ measured / 1.5
     assert 0.5 * measured / 1.5 < base < 1.5 * measured / 1.5
+    # each record carries the ruler's own busy time: about half the rest of its step
+    slowed = [r for r in decode if r.ruler_ms]
+    assert len(slowed) >= 5 and all(r.ruler_ms is None or r.ruler_ms >= 0 for r in decode)
+    share = sorted(r.ruler_ms / ((r.t_end - r.t_start) * 1e3 - r.ruler_ms) for r in slowed)
+    assert 0.25 < share[len(share) // 2] < 0.75
+
+
+def test_the_busy_work_comes_before_the_forward(monkeypatch):
+    """On a synchronous step the device is idle when the call starts: busy work there
+    delays the whole step. After the forward's launches it overlapped the device's work
+    and hid (the H200, docs/detection-power.md)."""
+    clock = _Clock()
+    monkeypatch.setattr(ss.time, "perf_counter", clock)
+    ruler = ss.SlowStep(50, torch.device("cpu"), sized_by="step")
+    decode = ("uniform_decode", 4)
+    ruler.run(_forward(clock, 2), 1, key=decode)
+    ruler.observe_step(10.0, decode)
+    started = []
+
+    def forward(x):
+        started.append(clock.t)
+        return x
+    t0 = clock.t
+    ruler.run(forward, 1, key=decode)
+    assert (started[0] - t0) * 1e3 >= 5            # after the 5 ms spin, not 1 ms (a read)
+    assert ruler.observe_step(15.0, decode) == pytest.approx(5.0, abs=2)
+    assert ruler.observe_step(15.0, decode) is None                # seen once only
 
 
 def test_the_bundled_v2_runner_takes_the_ruler_and_v1_refuses_it(tmp_path):
