@@ -9,10 +9,11 @@ computes the logits there too; sampling is `sample_tokens`, outside it):
 - V2 (CUDA only): `vllm.v1.worker.gpu.model_runner.GPUModelRunner`.
 The busy work is the bundled ruler's own (`mrbench.runner_impl.slow_step.SlowStep`,
 sized_by="call"): PCT % of the wrapped call's host time (averaged per class of scheduled
-tokens), added inside the step, never a sleep. On CPU the host spins after the call. On
-CUDA a spin kernel (`torch.cuda._sleep`) of that length is queued on the runner's current
-stream behind the call's work and the host spins as long, so the step grows whichever of
-host and GPU bounds it; the ruler adds no host sync, so V2's sync gate stays clean. vLLM
+tokens), added inside the step, never a sleep. It runs as the call starts: on CPU the
+host spins; on CUDA a spin kernel (`torch.cuda._sleep`) of that length is queued on the
+runner's current stream ahead of the call's work and the host spins as long, so the step
+grows whichever of host and GPU bounds it (before the call, not after: after it, a host
+spin overlaps the GPU work just launched and hides, SlowStep.run); the ruler adds no host sync, so V2's sync gate stays clean. vLLM
 exposes no step record, so unlike the bundled ruler this is a share of `execute_model`'s
 host time, not of the step the harness measures: the power curve's sizes on vLLM are
 nominal (docs/detection-power.md).
@@ -106,8 +107,9 @@ def install(runner: str, device: str, pct: float) -> dict[str, Any]:
                            f"which this vLLM lacks: {e}") from e
     wrap(cls)
     return {"name": f"{SLOW_STEP}:{pct:g}", "pct": pct, "wraps": f"{module}.{name}.{METHOD}",
-            "busy_work": "host spin after the call" if device == "cpu" else
-            "GPU spin kernel on the runner's stream and a host spin as long (no sync)"}
+            "busy_work": "host spin as the call starts" if device == "cpu" else
+            "GPU spin kernel on the runner's stream and a host spin as long, as the call "
+            "starts (no sync)"}
 
 
 def arm(runner: Any, pct: float) -> None:

@@ -13,6 +13,8 @@
 #   so a machine taken away keeps what finished; a campaign's unfinished runs are in its
 #   hidden .power-* directory).
 #   gate     `run gpu-quick --device cuda`: clean V2 against V1, timed (the cross-runner gap)
+#   (A study larger than one 10-minute call is simpler with scripts/gpu/runs_until.sh:
+#   single runs in turn, each packed as it ends, none started that would outlast the call.)
 #   power    `power POWER_SUITE --device cuda --baseline v2 --candidate v2` (default
 #            gpu-quick; gpu-quick:gsm8k is the entry that meets the goals), clean A/A and the
 #            slow-step ruler at POWER_PCTS (default 5,7.6,20), POWER_N runs each (default 3),

@@ -10,7 +10,8 @@
 #
 # Usage: scripts/gpu/runs_until.sh OUT_DIR TAG SECONDS [SETTINGS]
 #   TAG       prefix of the run directories (unique per call: m1c2 = machine 1, call 2)
-#   SECONDS   the call's budget: no run starts unless the last run's time (x 1.1) still fits
+#   SECONDS   the call's budget: after the first run, none starts unless the last run's
+#             time (x 1.1) still fits
 #   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6)
 # Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5), FIRST (index of the
 #   first setting this call takes, so that calls go on where the last one stopped),
@@ -56,8 +57,9 @@ while :; do
       "${pin[@]}" --out "$runs/$name" > "$runs/$name.stdout" 2> "$runs/$name.stderr"
   rc=$?
   last=$(( SECONDS - t0 ))
-  verdicts=$(grep -Eo '(p99|median)_[a-z_]+ms[^|]*(regression|pass|info)' "$runs/$name.stdout" \
-             | awk '{print $1, $NF}' | tr '\n' ' ')
+  # the latency rows of the result table: workload, metric, ..., verdict (last column)
+  verdicts=$(awk '$2 ~ /^(p99|median)_[a-z_]+_ms$/ {printf "%s %s ", $2, $NF}' \
+             "$runs/$name.stdout")
   echo "$name: exit $rc in ${last} s; $verdicts" | tee -a "$out/log.txt"
   (cd "$runs" && find . -maxdepth 2 -type f -path "./$tag-*" \( -name summary.json -o -name manifest.json \
       -o -name '*.csv' ! -name itl.csv -o -name '*.stdout' -o -name '*.stderr' \) \
