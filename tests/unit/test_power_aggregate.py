@@ -102,3 +102,35 @@ def test_the_a_a_script_takes_a_power_studys_clean_runs_and_refuses_its_ruler_ru
     assert "5 runs of gpu-quick.gsm8k" in capsys.readouterr().out
     assert script.main(["gpu-quick:gsm8k", str(tmp_path)]) == 2
     assert "carry candidate faults" in capsys.readouterr().err
+
+
+def test_the_rulers_own_account_is_set_beside_what_moved():
+    """A ruler that hides (busy time the device waited through anyway) shows as 'added
+    7.6, moved 2': the runs' `ruler_added_pct` is aggregated per size and printed."""
+    from mrbench.harness.formatting import fmt_realized
+    runs = []
+    for i, added in enumerate((7.4, 7.6, 7.9)):
+        s = _summary(["slow-step:7.6"], [], 0.02)
+        s["metrics"] = {"gsm8k": {"candidate": {"ruler_added_pct": added},
+                                  "baseline": {"median_step_ms": 0.4}}}
+        runs.append((s, 0))
+    runs.append((_summary([], []), 0))                # a clean run, no metrics at all
+    res = aggregate_power(SUITE, runs)
+    assert res["ruler_added_pct"] == {"7.6": pytest.approx(7.6)}
+    (line,) = fmt_realized(res)
+    assert line.startswith("slow-step:7.6 added +7.6 % (its own account), moved median_step +2.0 %")
+    json.dumps(res, allow_nan=False)
+
+
+def test_ruler_added_pct_is_the_busy_share_of_the_slowed_steps():
+    """compare.ruler_added_pct: busy time over the slowed steps' time without it; steps
+    the ruler did not see (no `ruler_ms`, NaN from a CSV, or 0) are left out; None
+    without a ruler."""
+    from types import SimpleNamespace
+
+    from mrbench.harness.compare import ruler_added_pct
+    steps = [dict(duration_ms=1.1, ruler_ms=0.1), dict(duration_ms=2.2, ruler_ms=0.2),
+             dict(duration_ms=5.0, ruler_ms=0.0), dict(duration_ms=9.0),
+             dict(duration_ms=9.0, ruler_ms=float("nan"))]
+    assert ruler_added_pct(SimpleNamespace(steps=steps)) == pytest.approx(10.0)
+    assert ruler_added_pct(SimpleNamespace(steps=steps[3:])) is None
