@@ -145,6 +145,11 @@ def print_summary(summary: dict, path: Path, as_json: bool) -> None:
         print(f"FAILED {f['workload']} ({f['side']}): {f['error']}")
     for u in summary.get("unsupported", []):
         print(f"UNSUPPORTED HERE {u['workload']} ({u['side']}, {u['target']}): {u['reason']}")
+    for wl, sides in (summary.get("metrics") or {}).items():
+        added = (sides.get("candidate") or {}).get("ruler_added_pct")
+        if added is not None:     # set beside the median step's delta: a ruler that hid shows
+            print(f"ruler {wl}: the candidate's slow-step busy work added {added:+.1f} % to "
+                  f"the steps it slowed (its own account)")
     print(f"verdict: {summary['verdict']}")
     print(f"report: {path / 'report.html'}")
 
