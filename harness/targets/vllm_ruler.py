@@ -13,8 +13,8 @@ tokens), added inside the step, never a sleep. It runs as the call starts: on CP
 host spins; on CUDA a spin kernel (`torch.cuda._sleep`) of that length is queued on the
 runner's current stream ahead of the call's work and the host spins as long, so the step
 grows whichever of host and GPU bounds it (before the call, not after: after it, a host
-spin overlaps the GPU work just launched and hides, SlowStep.run); the ruler adds no host sync, so V2's sync gate stays clean. vLLM
-exposes no step record, so unlike the bundled ruler this is a share of `execute_model`'s
+spin overlaps the GPU work just launched and hides, SlowStep.run); the ruler adds no host
+sync, so V2's sync gate stays clean. vLLM exposes no step record, so unlike the bundled ruler this is a share of `execute_model`'s
 host time, not of the step the harness measures: the power curve's sizes on vLLM are
 nominal (docs/detection-power.md).
 
