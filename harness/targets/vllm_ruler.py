@@ -14,9 +14,9 @@ host spins; on CUDA a spin kernel (`torch.cuda._sleep`) of that length is queued
 runner's current stream ahead of the call's work and the host spins as long, so the step
 grows whichever of host and GPU bounds it (before the call, not after: after it, a host
 spin overlaps the GPU work just launched and hides, SlowStep.run); the ruler adds no host
-sync, so V2's sync gate stays clean. vLLM exposes no step record, so unlike the bundled ruler this is a share of `execute_model`'s
-host time, not of the step the harness measures: the power curve's sizes on vLLM are
-nominal (docs/detection-power.md).
+sync, so V2's sync gate stays clean. vLLM exposes no step record, so unlike the bundled
+ruler this is a share of `execute_model`'s host time, not of the step the harness measures:
+the power curve's sizes on vLLM are nominal (docs/detection-power.md).
 
 Two steps, as in vllm_dispatch: `install` wraps the class before the engine is built, in
 the engine's process only, and the wrapper passes every call through; `arm` gives one
