@@ -168,7 +168,8 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
             delta_max=float(d.max()) if len(d) else None,
             delta_min=float(d.min()) if len(d) else None, deltas=d.tolist(),
             ci_hi_max=max(row["ci_hi"]) if row["ci_hi"] else None,
-            projection=_projection(row), heterogeneity=_heterogeneity(row))
+            projection=_projection(row), heterogeneity=_heterogeneity(row),
+            exceedance=_exceedance(row))
     worst = max((c["rate"] for c in checks.values()), default=0.0)
     s = runs[-1][0] if runs else {}
     return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
@@ -239,6 +240,24 @@ def _heterogeneity(row: dict) -> dict | None:
                 tau_pct=math.expm1(h.tau) * 100, se_ratio=h.se_ratio,
                 method=f"{h.method} on the runs' per-wave log ratios; each run's standard "
                        f"error from its {1 - 2 * row['alpha']:.0%} CI, normal approximation")
+
+
+def _exceedance(row: dict) -> dict | None:
+    """A latency check's false-alarm rate bounded by its A/A estimates rather than counted:
+    how often an estimate clears the bar (stats.exceedance_bound_normal_nct on the log
+    ratios). A gate alarms only when its estimate clears the bar, so this bounds the rate
+    from above; counting needs ~59 clean runs to show a rate under 5 %."""
+    if not row["shift"] or row.get("bar") is None:
+        return None
+    d = np.log1p(np.array([x for x, _ in row["shift"]], dtype=float))
+    e = stats.exceedance_bound_normal_nct(d, math.log1p(row["bar"]), level=0.95)
+    if math.isnan(e.upper):
+        return None
+    return dict(bar=row["bar"], runs=e.runs, estimate=e.estimate, upper=e.upper,
+                level=e.level, normality_p=e.normality_p,
+                method=f"{e.method}; on the A/A runs' log ratios against log(1 + bar); an "
+                       f"upper bound on the false-alarm rate (an alarm needs the estimate "
+                       f"over the bar), under the normal model")
 
 
 def _projection(row: dict) -> dict | None:
@@ -357,7 +376,8 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                             detection=det, mde_pct=mde,
                             projection=projected["checks"].get(name, {}).get("projection"),
                             heterogeneity=projected["checks"].get(name, {})
-                            .get("heterogeneity"))
+                            .get("heterogeneity"),
+                            exceedance=projected["checks"].get(name, {}).get("exceedance"))
     per_plan = {"clean": plans.count(None), **{f"{p:g}": plans.count(p) for p in pcts}}
     # what the ruler moved, in the gate's own estimate: a nominal PCT is a share of a
     # measured time, and the step's response to it is measured here, not assumed

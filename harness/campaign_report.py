@@ -9,7 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .campaign import fault_status
-from .formatting import fmt_heterogeneity, fmt_num, fmt_projected_mde, fmt_realized
+from .formatting import (fmt_exceedance, fmt_heterogeneity, fmt_num, fmt_projected_mde,
+                         fmt_realized)
 from .html import environment, fig_to_data_uri, write_atomic
 
 
@@ -71,7 +72,7 @@ def _fmt_detection(d: dict) -> str:
 def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
     runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
     ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, power=None,
-                     realized=[], heterogeneity=[])
+                     realized=[], heterogeneity=[], exceedance=[])
     if kind == "power":
         per = ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} x {v}"
                         for k, v in res["runs_per_plan"].items())
@@ -105,6 +106,7 @@ def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None
                                 for n, c in res["checks"].items()])
     if kind != "faults":
         ctx["heterogeneity"] = fmt_heterogeneity(res["checks"])
+        ctx["exceedance"] = fmt_exceedance(res["checks"])
     out = camp_dir / "report.html"
     write_atomic(out, environment().get_template("campaign.html.j2").render(**ctx))
     return out

@@ -106,6 +106,24 @@ def fmt_heterogeneity(checks: dict) -> list[str]:
     return out
 
 
+def fmt_exceedance(checks: dict) -> list[str]:
+    """Per latency check with an exceedance reading (campaign._exceedance), one line: how
+    often an A/A estimate clears the bar under a normal model of the runs' estimates, the
+    plug-in and its upper bound, and whether the model fits (Shapiro-Wilk)."""
+    out = []
+    for name, c in checks.items():
+        e = c.get("exceedance")
+        if not e:
+            continue
+        fit = ("" if e["normality_p"] >= 0.05 else
+               "; the estimates are not normal, so the bound is not to be trusted")
+        out.append(f"{name}: an A/A estimate over the +{e['bar']:.0%} bar: {e['estimate']:.2%}"
+                   f" (normal model of {e['runs']} runs), at most {e['upper']:.1%} at "
+                   f"{e['level']:.0%} (non-central t; Shapiro-Wilk p = "
+                   f"{e['normality_p']:.2g}){fit}")
+    return out
+
+
 def fmt_realized(res: dict) -> list[str]:
     """A power study's `realized_pct` as lines: what each ruler size added by its own
     account, where the runs recorded it, and moved the medians and P99s by

@@ -95,6 +95,22 @@ class Heterogeneity:
 # ---- input handling ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Exceedance:
+    """How often a quantity exceeds ``threshold``, from ``runs`` independent draws of it under
+    a normal model (``method``): the plug-in ``estimate`` and an ``upper`` confidence bound
+    at ``level``; ``normality_p``, the Shapiro-Wilk p-value of the draws (a small one says
+    the model does not hold and the bound is not to be trusted)."""
+
+    runs: int
+    threshold: float
+    estimate: float
+    upper: float
+    level: float
+    normality_p: float
+    method: str
+
+
 def _as_1d_float(samples: ArrayLike, name: str = "samples", dropna: bool = True) -> np.ndarray:
     """1-D float array; NaNs (and pandas NA) dropped so missing values never bias a statistic."""
     if hasattr(samples, "to_numpy"):  # pandas Series / Index / ExtensionArray
@@ -661,6 +677,52 @@ def projected_mde_aa(deltas: ArrayLike, ci_los: ArrayLike, bar: float,
              for s in sorted(np.asarray(shifts, dtype=float))}
     mde = next((s for s, r in rates.items() if s > 0 and r >= target), None)
     return rates, mde
+
+
+def exceedance_bound_normal_nct(draws: ArrayLike, threshold: float,
+                                level: float = 0.95) -> Exceedance:
+    """P(X > threshold) for a normal X seen only through independent draws: the plug-in
+    Phi((mean - threshold) / sd) and a one-sided upper confidence bound from the
+    non-central t (the exceedance form of a one-sided normal tolerance bound).
+
+    Why: a false-alarm rate under 5 % cannot be shown by counting until some 59 A/A runs
+    have passed without an alarm, which on a GPU is hours. Every A/A run also gives its
+    estimate, and a gate can only alarm when the estimate clears the bar, so P(estimate >
+    bar) bounds the rate from above (the significance test only lowers it). Under a normal
+    model of the estimates, sqrt(n) (threshold - mean) / sd follows a non-central t on
+    n - 1 df with non-centrality sqrt(n) z, where z = (threshold - mu) / sigma; the lower
+    confidence limit of that non-centrality gives the upper bound Phi(-z_lo). The model is
+    the assumption: `normality_p` (Shapiro-Wilk) is reported beside it, and the count of
+    alarms stays the model-free figure. Fewer than 3 finite draws, or draws without spread:
+    NaN."""
+    x = _as_1d_float(draws, "draws")
+    lf = _check_level(level)
+    method = (f"normal model of {x.size} draws; upper bound: lower {lf:.0%} confidence limit "
+              f"of the non-central t's non-centrality; normality: Shapiro-Wilk")
+    thr = float(threshold)
+    if x.size < 3 or not np.ptp(x) > 0:
+        return Exceedance(int(x.size), thr, _NAN, _NAN, lf, _NAN, method)
+    n, mean, sd = x.size, float(np.mean(x)), float(np.std(x, ddof=1))
+    t_obs = math.sqrt(n) * (thr - mean) / sd
+    df = n - 1
+
+    def excess(nc: float) -> float:          # increasing in nc
+        return float(_st.nct.sf(t_obs, df, nc)) - (1 - lf)
+
+    lo, hi = t_obs - 10.0, t_obs + 10.0
+    while excess(lo) > 0:
+        lo -= 10.0
+    while excess(hi) < 0:
+        hi += 10.0
+    nc_lo = _brentq(excess, lo, hi)
+    return Exceedance(n, thr, float(_st.norm.cdf((mean - thr) / sd)),
+                      float(_st.norm.cdf(-nc_lo / math.sqrt(n))), lf,
+                      float(_st.shapiro(x).pvalue), method)
+
+
+def _brentq(f: Any, lo: float, hi: float) -> float:
+    from scipy.optimize import brentq    # lazy: only the exceedance bound needs it
+    return float(brentq(f, lo, hi, xtol=1e-10))
 
 
 def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Heterogeneity:

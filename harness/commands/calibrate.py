@@ -7,7 +7,7 @@ from mrbench.contract import BadInput
 
 from ..campaign import calibrate, fmt_rate
 from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
-from ..formatting import fmt_heterogeneity, fmt_projected_mde
+from ..formatting import fmt_exceedance, fmt_heterogeneity, fmt_projected_mde
 from ..results import default_out
 from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
 
@@ -45,5 +45,5 @@ def print_calibration(res: dict) -> None:
             print(f"{name:<{w}}  not judged in any run (reported only)")
             continue
         print(f"{name:<{w}}  false alarms {fmt_rate(c)}{spread}{mde}")
-    for line in fmt_heterogeneity(res["checks"]):
+    for line in fmt_heterogeneity(res["checks"]) + fmt_exceedance(res["checks"]):
         print(line)

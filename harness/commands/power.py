@@ -9,7 +9,7 @@ from mrbench.contract import BadInput
 
 from ..campaign import power
 from ..errors import EXIT_PASS, EXIT_RUN_FAILED
-from ..formatting import fmt_heterogeneity, fmt_realized
+from ..formatting import fmt_exceedance, fmt_heterogeneity, fmt_realized
 from ..results import default_out
 from ..targets.base import get_target
 from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
@@ -64,5 +64,5 @@ def print_power(res: dict) -> None:
               f"{pm}{gate}")
     for line in fmt_realized(res):
         print(f"{line} (median over its runs of the gate's estimate)")
-    for line in fmt_heterogeneity(res["checks"]):
+    for line in fmt_heterogeneity(res["checks"]) + fmt_exceedance(res["checks"]):
         print(line)
