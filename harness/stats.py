@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from scipy import stats as _st
+from scipy.optimize import brentq as _brentq
 
 __all__ = [
     "Interval",
@@ -714,15 +715,10 @@ def exceedance_bound_normal_nct(draws: ArrayLike, threshold: float,
         lo -= 10.0
     while excess(hi) < 0:
         hi += 10.0
-    nc_lo = _brentq(excess, lo, hi)
+    nc_lo = float(_brentq(excess, lo, hi, xtol=1e-10))
     return Exceedance(n, thr, float(_st.norm.cdf((mean - thr) / sd)),
                       float(_st.norm.cdf(-nc_lo / math.sqrt(n))), lf,
                       float(_st.shapiro(x).pvalue), method)
-
-
-def _brentq(f: Any, lo: float, hi: float) -> float:
-    from scipy.optimize import brentq    # lazy: only the exceedance bound needs it
-    return float(brentq(f, lo, hi, xtol=1e-10))
 
 
 def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Heterogeneity:
