@@ -13,20 +13,25 @@
 #   SECONDS   the call's budget: after the first run, none starts unless the last run's
 #             time (x 1.1) still fits
 #   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6)
-# Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5), FIRST (index of the
-#   first setting this call takes, so that calls go on where the last one stopped),
-#   MRBENCH_DATA_DIR (default ./.gpudata), PYTHON.
-# The runs themselves go to RUNS_DIR (default /tmp/mrbench-runs: a device call brings back
-# at most 8 files from $OUT). Writes OUT_DIR/runs.tgz (summary.json, manifest.json and the step/request tables of each
-# run this call finished (TAG-*: RUNS_DIR outlives the call on a warm machine, and one
-# file back is 16 MB at most; about 1.2 MB a 96-wave run); not itl.csv, 18 MB a 96-wave run), OUT_DIR/log.txt (one line a run: its
-# setting, exit code, seconds, verdicts) and OUT_DIR/env.txt.
+# Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5),
+#   FIRST (index of the first setting this call takes, so that calls go on where the last
+#   one stopped), RUNS_DIR (default /tmp/mrbench-runs: a device call brings back at most 8
+#   files from $OUT), MRBENCH_DATA_DIR (default ./.gpudata), PYTHON.
+# Writes OUT_DIR/runs.tgz: summary.json, manifest.json and the step and request tables of
+#   each run this call finished (TAG-*, as RUNS_DIR outlives a call on a warm machine and a
+#   file back is 16 MB at most; about 1.2 MB a 96-wave run), not itl.csv (18 MB a run);
+#   OUT_DIR/log.txt: a line as each run starts and one as it ends (setting, exit code,
+#   seconds, latency verdicts); OUT_DIR/env.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: runs_until.sh OUT_DIR TAG SECONDS [SETTINGS]}")
 tag=${2:?TAG}
 budget=${3:?SECONDS}
 IFS=, read -ra settings <<< "${4:-clean,7.6}"
+for s in "${settings[@]}"; do
+  [[ $s == clean || $s =~ ^[0-9]+([.][0-9]+)?$ ]] || {
+    echo "runs_until.sh: setting '$s' is neither 'clean' nor a slow-step PCT"; exit 2; }
+done
 py=${PYTHON:-python3}
 entry=${ENTRY:-gpu-quick:gsm8k}
 $py -c "import pydantic" 2>/dev/null || { echo "runs_until.sh: pydantic is missing" \
@@ -45,7 +50,8 @@ i=${FIRST:-0} last=0
 while :; do
   used=$SECONDS
   if (( last > 0 && used + last * 11 / 10 > budget )); then
-    echo "stop: ${used} s used, the next run would take ~${last} s of ${budget}" | tee -a "$out/log.txt"
+    echo "stop: ${used} s used, the next run would take ~${last} s of ${budget}" \
+      | tee -a "$out/log.txt"
     break
   fi
   s=${settings[$(( i % ${#settings[@]} ))]}
@@ -53,15 +59,18 @@ while :; do
   fault=()
   [[ $s != clean ]] && fault=(--fault "slow-step:$s")
   t0=$SECONDS
-  $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" --device "${DEVICE:-cuda}" \
-      "${pin[@]}" --out "$runs/$name" > "$runs/$name.stdout" 2> "$runs/$name.stderr"
+  echo "$name: started at ${used} s" | tee -a "$out/log.txt"
+  $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" \
+      --device "${DEVICE:-cuda}" "${pin[@]}" --out "$runs/$name" \
+      > "$runs/$name.stdout" 2> "$runs/$name.stderr"
   rc=$?
   last=$(( SECONDS - t0 ))
   # the latency rows of the result table: workload, metric, ..., verdict (last column)
   verdicts=$(awk '$2 ~ /^(p99|median)_[a-z_]+_ms$/ {printf "%s %s ", $2, $NF}' \
              "$runs/$name.stdout")
   echo "$name: exit $rc in ${last} s; $verdicts" | tee -a "$out/log.txt"
-  (cd "$runs" && find . -maxdepth 2 -type f -path "./$tag-*" \( -name summary.json -o -name manifest.json \
+  (cd "$runs" && find . -maxdepth 2 -type f -path "./$tag-*" \
+      \( -name summary.json -o -name manifest.json \
       -o -name '*.csv' ! -name itl.csv -o -name '*.stdout' -o -name '*.stderr' \) \
       | tar czf "$out/runs.tgz.part" -T - && mv "$out/runs.tgz.part" "$out/runs.tgz")
   i=$(( i + 1 ))
