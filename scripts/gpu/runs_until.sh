@@ -14,6 +14,8 @@
 #             time (x 1.1) still fits
 #   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6)
 # Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5),
+#   RUN_ARGS (more `mrbench run` flags, split on spaces: e.g. "--limit 3072" for 192
+#   waves of the gsm8k entry, to measure what more waves buy without editing the suite),
 #   FIRST (index of the first setting this call takes, so that calls go on where the last
 #   one stopped), RUNS_DIR (default /tmp/mrbench-runs: a device call brings back at most 8
 #   files from $OUT), MRBENCH_DATA_DIR (default ./.gpudata), PYTHON.
@@ -22,6 +24,9 @@
 #   file back is 16 MB at most; about 1.2 MB a 96-wave run), not itl.csv (18 MB a run);
 #   OUT_DIR/log.txt: a line as each run starts and one as it ends (setting, exit code,
 #   seconds, latency verdicts); OUT_DIR/env.txt.
+# Exit 2 for a bad setting, or when mrbench refused a run as bad input (a flag, the entry:
+#   every run would be refused alike, so the call ends there and log.txt says why);
+#   otherwise 0, each run's own exit code (1 = a regression) being in log.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: runs_until.sh OUT_DIR TAG SECONDS [SETTINGS]}")
@@ -42,14 +47,16 @@ export MRBENCH_DATA_DIR=$(realpath -m "${MRBENCH_DATA_DIR:-.gpudata}")
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   $py -c "import torch; print('torch', torch.__version__)"; nproc
-  echo "git: MRBENCH_GIT_SHA=${MRBENCH_GIT_SHA:-unset}"; } > "$out/env.txt" 2>&1
+  echo "git: MRBENCH_GIT_SHA=${MRBENCH_GIT_SHA:-unset}"; echo "RUN_ARGS: ${RUN_ARGS:-}"
+} > "$out/env.txt" 2>&1
+read -ra extra <<< "${RUN_ARGS:-}"
 pin=()
 [[ -n ${PIN_CPUS-4} ]] && pin=(--pin-cpus "${PIN_CPUS-4}")
 [[ -n ${PIN_CPUS-4} && -n ${CANARY_CPU-5} ]] && pin+=(--canary-cpu "${CANARY_CPU-5}")
-i=${FIRST:-0} last=0
+i=${FIRST:-0} last=-1 refused=0
 while :; do
   used=$SECONDS
-  if (( last > 0 && used + last * 11 / 10 > budget )); then
+  if (( last >= 0 && used + last * 11 / 10 >= budget )); then
     echo "stop: ${used} s used, the next run would take ~${last} s of ${budget}" \
       | tee -a "$out/log.txt"
     break
@@ -61,7 +68,7 @@ while :; do
   t0=$SECONDS
   echo "$name: started at ${used} s" | tee -a "$out/log.txt"
   $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" \
-      --device "${DEVICE:-cuda}" "${pin[@]}" --out "$runs/$name" \
+      --device "${DEVICE:-cuda}" "${pin[@]}" "${extra[@]}" --out "$runs/$name" \
       > "$runs/$name.stdout" 2> "$runs/$name.stderr"
   rc=$?
   last=$(( SECONDS - t0 ))
@@ -69,6 +76,11 @@ while :; do
   verdicts=$(awk '$2 ~ /^(p99|median)_[a-z_]+_ms$/ {printf "%s %s ", $2, $NF}' \
              "$runs/$name.stdout")
   echo "$name: exit $rc in ${last} s; $verdicts" | tee -a "$out/log.txt"
+  if (( rc == 2 )); then       # bad input (a flag in RUN_ARGS, the entry): every run would
+    echo "stop: mrbench refused the run: $(head -c 300 "$runs/$name.stderr")" \
+      | tee -a "$out/log.txt"  # be refused alike, so say why once and end the call
+    i=$(( i + 1 )); refused=1; break
+  fi
   (cd "$runs" && find . -maxdepth 2 -type f -path "./$tag-*" \
       \( -name summary.json -o -name manifest.json \
       -o -name '*.csv' ! -name itl.csv -o -name '*.stdout' -o -name '*.stderr' \) \
@@ -76,3 +88,4 @@ while :; do
   i=$(( i + 1 ))
 done
 echo "next FIRST=$i" | tee -a "$out/log.txt"
+exit $(( refused ? 2 : 0 ))

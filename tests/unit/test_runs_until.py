@@ -1,0 +1,66 @@
+"""scripts/gpu/runs_until.sh, the GPU study's loop, run here with a stand-in for Python.
+
+The script runs on a lent GPU, where a mistake costs device time that no later session
+gets back: a refused run repeated until the call's budget is spent, or flags that never
+reach mrbench. The stand-in records the command line it was given and exits as told, so
+these tests check the loop's own logic (what it passes, when it stops, what it says),
+not mrbench's.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu" / "runs_until.sh"
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+[[ $1 == -c ]] && exit 0                       # the script's `import pydantic` probe
+echo "ARGS: $*"
+[[ $* == *--bogus* ]] && { echo "mrbench run: unrecognized arguments: --bogus" >&2; exit 2; }
+exit 0
+"""
+
+
+def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    full_env = {**os.environ, "PYTHON": str(fake), "RUNS_DIR": str(tmp_path / "runs"), **env}
+    return subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), *args],
+                          capture_output=True, text=True, env=full_env, timeout=60)
+
+
+def _argv(tmp_path: Path, name: str) -> str:
+    return (tmp_path / "runs" / f"{name}.stdout").read_text()
+
+
+def test_run_args_reach_mrbench_and_settings_take_turns(tmp_path: Path) -> None:
+    res = _run(tmp_path, "t", "0", "clean,7.6", RUN_ARGS="--limit 3072", FIRST="1")
+    assert res.returncode == 0, res.stderr
+    first = _argv(tmp_path, "t-01-7.6")      # FIRST=1 starts at the second setting
+    assert "--fault slow-step:7.6" in first and "--limit 3072" in first
+    assert "--pin-cpus 4 --canary-cpu 5" in first
+    assert "RUN_ARGS: --limit 3072" in (tmp_path / "out" / "env.txt").read_text()
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert "t-01-7.6: exit 0" in log and "next FIRST=" in log
+
+
+def test_a_refused_run_ends_the_call_once_with_its_reason(tmp_path: Path) -> None:
+    res = _run(tmp_path, "u", "600", "clean", RUN_ARGS="--bogus 1")
+    assert res.returncode == 2
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert log.count("started") == 1          # not one refusal after another until 600 s
+    assert "stop: mrbench refused the run: mrbench run: unrecognized arguments" in log
+    assert "next FIRST=1" in log
+
+
+@pytest.mark.parametrize("settings", ["clean,clen", "7.6,-5", "slow"])
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, settings: str) -> None:
+    res = _run(tmp_path, "v", "600", settings)
+    assert res.returncode == 2
+    assert res.stdout.count("\n") == 1 and "neither 'clean' nor a slow-step PCT" in res.stdout
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
