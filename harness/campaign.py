@@ -329,7 +329,8 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
     pcts = sorted({p for p in plans if p is not None} if pcts is None else set(pcts))
     per: dict[str, dict] = defaultdict(lambda: dict(aa=0, aa_runs=0, det=defaultdict(int),
                                                     det_runs=defaultdict(int),
-                                                    threshold=None, judged=False))
+                                                    threshold=None, bar=None,
+                                                    judged=False))
     rows = []
     for i, ((s, code), pct) in enumerate(zip(runs, plans)):
         hits = [c for c in s["checks"] if c["metric"] in LATENCY_SOURCES]
@@ -343,6 +344,7 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
         for c in hits:
             row = per[check_name(c)]
             row["threshold"] = c["threshold"]
+            row["bar"] = latency_bar(suite, c["workload"], c["metric"])
             row["judged"] |= c["verdict"] != "info"
             hit = c["verdict"] == "regression"
             if pct is None:
@@ -368,7 +370,7 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
             if (det[f"{p:g}"]["rate"] or 0) < POWER_TARGET:
                 break
             mde = p
-        checks[name] = dict(threshold=row["threshold"], judged=row["judged"],
+        checks[name] = dict(threshold=row["threshold"], bar=row["bar"], judged=row["judged"],
                             false_alarms=row["aa"], aa_runs=row["aa_runs"],
                             false_alarm_rate=row["aa"] / row["aa_runs"] if row["aa_runs"]
                             else None,

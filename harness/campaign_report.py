@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from .campaign import fault_status
 from .formatting import (fmt_exceedance, fmt_heterogeneity, fmt_num, fmt_projected_mde,
@@ -44,7 +45,7 @@ def _calibration_plot(checks: dict) -> str | None:
     return fig_to_data_uri(fig)
 
 
-def _power_plot(res: dict) -> str | None:
+def _power_curve(res: dict) -> Figure | None:
     """Detection rate against the slowdown, one line per judged latency check; the false
     alarm rate at 0 %."""
     rows = [(n, c) for n, c in res["checks"].items() if c["judged"]]
@@ -62,7 +63,50 @@ def _power_plot(res: dict) -> str | None:
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=6, loc="lower right")
     fig.tight_layout()
-    return fig_to_data_uri(fig)
+    return fig
+
+
+def _estimates(res: dict) -> Figure | None:
+    """Each run's estimate per judged latency check, by setting, against the check's bar:
+    filled where the run flagged it. Why a rate is what it is: a miss is an estimate under
+    the bar (or not significant), and the clean runs' spread is the false-alarm margin."""
+    names = [n for n, c in res["checks"].items() if c["judged"] and c.get("bar") is not None]
+    if not names:
+        return None
+    plans = ["clean", *(f"slow-step:{p:g}" for p in res["pcts"])]
+    cols = min(len(names), 4)
+    nrows = -(-len(names) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(2.6 * cols + 0.6, 3.2 * nrows),
+                             sharey=True, squeeze=False)
+    jitter = np.random.default_rng(0)            # a fixed seed: the same file each time
+    for ax, name in zip(axes.flat, names):
+        for i, plan in enumerate(plans):
+            pts = [(r["estimates"][name][0], name in r["flagged"]) for r in res["runs"]
+                   if r["plan"] == plan and (r["estimates"].get(name) or [None])[0] is not None]
+            for hit in (False, True):
+                y = [100 * d for d, h in pts if h == hit]
+                x = i + jitter.uniform(-0.18, 0.18, len(y))
+                ax.scatter(x, y, s=16, alpha=0.8, color="#c0392b" if hit else "#2980b9",
+                           facecolors=None if hit else "none",
+                           label=("flagged" if hit else "not flagged") if i == 0 else None)
+        ax.axhline(100 * res["checks"][name]["bar"], color="#555", lw=0.8, ls="--")
+        ax.axhline(0, color="#bbb", lw=0.6)
+        ax.set_xticks(range(len(plans)), ["clean" if p == "clean" else "+" + p.split(":")[1]
+                                          + " %" for p in plans], fontsize=7)
+        ax.set_title(name, fontsize=8)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    axes[0][0].set_ylabel("estimate, % (dashed: the bar)")
+    axes[0][0].legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def power_figures(res: dict) -> dict[str, Figure]:
+    """A power study's figures by name (the report shows them; the read-back script
+    saves them as PNG for docs): the power curve, and the runs' estimates."""
+    figs = {"power-curve": _power_curve(res), "estimates": _estimates(res)}
+    return {k: f for k, f in figs.items() if f is not None}
 
 
 def _fmt_detection(d: dict) -> str:
@@ -71,14 +115,15 @@ def _fmt_detection(d: dict) -> str:
 
 def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
     runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
-    ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, power=None,
+    ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, plots={}, power=None,
                      realized=[], heterogeneity=[], exceedance=[])
     if kind == "power":
         per = ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} x {v}"
                         for k, v in res["runs_per_plan"].items())
         ctx.update(title=f"mrbench power: {res['suite']} ({per})",
                    subtitle=f"{res['baseline']} vs {res['candidate']}: {res['method']}",
-                   plot=_power_plot(res), pcts=[f"{p:g}" for p in res["pcts"]],
+                   plots={k: fig_to_data_uri(f) for k, f in power_figures(res).items()},
+                   pcts=[f"{p:g}" for p in res["pcts"]],
                    power=[dict(name=n, threshold=c["threshold"], judged=c["judged"],
                                fa=f"{c['false_alarms']}/{c['aa_runs']}",
                                det=[_fmt_detection(c["detection"][f"{p:g}"])

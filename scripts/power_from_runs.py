@@ -9,7 +9,10 @@ from ruler runs by the candidate's recorded faults, and aggregates them the way 
 command does (campaign.aggregate_power).
 
 Usage: python scripts/power_from_runs.py SUITE DIR [DIR ...] [--json OUT.json]
+       [--report OUT_DIR]
 SUITE is what the runs ran (e.g. gpu-quick:gsm8k): it gives the bars the projection uses.
+--report writes the study's report.html (as `mrbench power` does) and each of its figures
+as a PNG beside it (power-curve.png, estimates.png), e.g. for docs/.
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("suite")
     p.add_argument("dirs", nargs="+", type=Path)
     p.add_argument("--json", type=Path, help="write the aggregate (power.json's form)")
+    p.add_argument("--report", type=Path, metavar="OUT_DIR",
+                   help="write report.html and the figures as PNG files here")
     a = p.parse_args(argv)
     try:
         suite = load_suite(a.suite)
@@ -39,7 +44,25 @@ def main(argv: list[str] | None = None) -> int:
     print_power(res)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
+    if a.report:
+        write_report(a.report, res)
     return 0
+
+
+def write_report(out: Path, res: dict) -> None:
+    """report.html and each figure as a PNG, in `out` (made if missing)."""
+    from mrbench.harness.campaign_report import power_figures, render_campaign  # matplotlib
+    import matplotlib.pyplot as plt
+
+    from mrbench.harness.html import DPI
+
+    out.mkdir(parents=True, exist_ok=True)
+    render_campaign(out, "power", res)
+    for name, fig in power_figures(res).items():
+        fig.savefig(out / f"{name}.png", dpi=DPI, bbox_inches="tight")
+        plt.close(fig)
+        print(f"wrote {out / name}.png")
+    print(f"wrote {out / 'report.html'}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def test_counts_per_setting_the_mde_and_what_each_size_moved():
     # P99: 3/4 at 5 %, 1/3 at 10 %: no size from which every larger one reached 80 %
     assert p99["false_alarms"] == 1 and p99["detection"]["5"]["rate"] == 0.75
     assert p99["mde_pct"] is None
+    assert (med["bar"], p99["bar"]) == (0.03, 0.05)   # the entry's median_rel, latency_rel
     assert res["realized_pct"]["5"]["median_step_ms"] == pytest.approx(5.15)
     assert res["realized_pct"]["10"]["median_step_ms"] == pytest.approx(10.0)
     json.dumps(res, allow_nan=False)            # no NaN where a setting ran nothing
@@ -81,6 +82,12 @@ def test_the_script_reads_pieces_of_a_study_from_several_directories(tmp_path, c
     text = capsys.readouterr().out
     assert "clean 5, +5 % 4, +10 % 3" in text and "slow-step:5 moved median_step +5.2 %" in text
     assert json.loads(out.read_text())["runs_per_plan"]["10"] == 3
+    rep = tmp_path / "report"
+    assert main(["gpu-quick:gsm8k", str(tmp_path / "lease1"), str(tmp_path / "lease2"),
+                 "--report", str(rep)]) == 0
+    assert 'id="estimates"' in (rep / "report.html").read_text()
+    for png in ("power-curve.png", "estimates.png"):
+        assert (rep / png).read_bytes()[:4] == b"\x89PNG"
     assert main(["gpu-quick:gsm8k", str(tmp_path / "none")]) == 2
     assert "no run summary.json" in capsys.readouterr().err
     assert main(["quick", str(tmp_path / "lease1")]) == 2       # same entry id, other suite
@@ -134,3 +141,24 @@ def test_ruler_added_pct_is_the_busy_share_of_the_slowed_steps():
              dict(duration_ms=9.0, ruler_ms=float("nan"))]
     assert ruler_added_pct(SimpleNamespace(steps=steps)) == pytest.approx(10.0)
     assert ruler_added_pct(SimpleNamespace(steps=steps[3:])) is None
+
+
+def test_the_estimates_figure_puts_each_run_against_its_checks_bar():
+    """One panel per judged latency check: every run's estimate in its setting's column,
+    filled where the run flagged the check, the bar as a line at the check's own bar."""
+    from mrbench.harness.campaign_report import power_figures
+    res = aggregate_power(SUITE, _runs())
+    fig = power_figures(res)["estimates"]
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+    assert set(panels) == {"gsm8k/median_step_ms", "gsm8k/p99_step_ms"}
+    for name, want_flagged in (("gsm8k/median_step_ms", 7), ("gsm8k/p99_step_ms", 5)):
+        ax = panels[name]
+        points = [(tuple(xy), c.get_facecolors()) for c in ax.collections
+                  for xy in c.get_offsets()]
+        assert len(points) == 12                         # 5 clean, 4 at +5 %, 3 at +10 %
+        filled = sum(1 for _, fc in points if len(fc) and fc[0][3] > 0)
+        assert filled == want_flagged
+        bars = [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert bars == [pytest.approx(100 * res["checks"][name]["bar"])]
+        cols = sorted({round(x) for (x, _), _ in points})
+        assert cols == [0, 1, 2]                          # clean, +5 %, +10 %
