@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_report(out: Path, res: dict) -> None:
     """report.html and each figure as a PNG, in `out` (made if missing)."""
-    from mrbench.harness.campaign_report import power_figures, render_campaign  # matplotlib
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt     # here: only --report needs matplotlib
 
+    from mrbench.harness.campaign_report import power_figures, render_campaign
     from mrbench.harness.html import DPI
 
     out.mkdir(parents=True, exist_ok=True)
