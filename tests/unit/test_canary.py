@@ -110,7 +110,13 @@ def _free_cpus() -> list[int]:
 def test_the_canary_sees_a_pause_of_the_machine_where_it_happened():
     """SIGSTOP freezes the canary as a hypervisor's stall would freeze every vCPU: an
     interval inside the 300 ms pause lost all its time, one that straddles its end lost the
-    part inside it, and quiet intervals lost (about) nothing."""
+    part inside it, and quiet intervals lost (about) nothing.
+
+    The straddling interval runs 20 ms into the pause and 200 ms past SIGCONT: the canary
+    resumes when the kernel next runs it, which on a loaded machine (CI: a test run and its
+    engines on two cores) is up to tens of ms after the signal (30.8 ms lost once, against
+    20 ms in the pause), so the bound leaves that room while still telling "the part in
+    the pause" (~20 ms) from "the whole interval" (220 ms)."""
     cpus = _free_cpus()
     c = canary.Canary(cpus[-1])
     try:
@@ -122,14 +128,14 @@ def test_the_canary_sees_a_pause_of_the_machine_where_it_happened():
         time.sleep(0.3)
         os.kill(c._proc.pid, signal.SIGCONT)
         t_cont = time.perf_counter()
-        time.sleep(0.2)
+        time.sleep(0.3)
         quiet = np.linspace(t_before, t_stop - 0.02, 20)
         lost = c.machine_lost_ms(np.r_[quiet, t_stop + 0.1, t_cont - 0.02],
-                                 np.r_[quiet + 0.005, t_stop + 0.15, t_cont + 0.03])
+                                 np.r_[quiet + 0.005, t_stop + 0.15, t_cont + 0.2])
         # a loaded machine (a test run beside) may slow a few quiet chunks; not most of them
         assert np.median(lost[:20]) < canary.MIN_LOST_MS, lost
         assert 49 < lost[20] <= 50.001, lost                # 50 ms inside the pause: all lost
-        assert 15 < lost[21] < 25 + 5, lost                 # ~20 of its 50 ms in the pause
+        assert 15 < lost[21] < 20 + 80, lost                # ~20 of its 220 ms in the pause
         old = c.machine_lost_ms(np.array([t_before - 100]), np.array([t_before - 99]))
         assert np.isnan(old[0])                             # before the canary: not measured
     finally:
