@@ -25,11 +25,13 @@ bytes, and their bytes) are deterministic for a fixed batch sequence, so a small
 """
 from __future__ import annotations
 
-import bisect
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Iterator
 
+import numpy as np
+import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -75,33 +77,35 @@ def profiled(device: str) -> Iterator[Profiled]:
     holder.events = _raw_events(prof)
 
 
-def _windows(events, name: str) -> tuple[list[int], list[int]]:
-    w = sorted((t0, t1) for n, t0, t1, _ in events if n == name)
-    return [a for a, _ in w], [b for _, b in w]
-
-
-def _find(starts: list[int], ends: list[int], t0: int, t1: int) -> int | None:
-    i = bisect.bisect_right(starts, t0) - 1
-    return i if i >= 0 and t1 <= ends[i] else None
-
-
 def is_sync(name: str, device: str = "cpu") -> bool:
     if device.startswith("cuda"):
         return name in CUDA_SYNC_CALLS
     return name in SYNC_OPS or name in CUDA_SYNC_CALLS
 
 
-def _merged(starts: list[int], ends: list[int]) -> tuple[list[int], list[int]]:
-    """Union of (possibly nested) windows of one label, as disjoint sorted intervals."""
+def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of (possibly nested) windows of one label, sorted by start, as disjoint
+    sorted intervals."""
     out_s: list[int] = []
     out_e: list[int] = []
-    for a, b in sorted(zip(starts, ends)):
+    for a, b in zip(starts.tolist(), ends.tolist()):
         if out_e and a <= out_e[-1]:
             out_e[-1] = max(out_e[-1], b)
         else:
             out_s.append(a)
             out_e.append(b)
-    return out_s, out_e
+    return np.asarray(out_s, dtype=np.int64), np.asarray(out_e, dtype=np.int64)
+
+
+def _containing(starts: np.ndarray, ends: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per event [t0, t1]: the index of the last window (sorted by start) starting at or
+    before t0, clipped to 0, and whether that window also holds t1."""
+    if not len(starts):
+        return np.zeros(len(t0), dtype=np.int64), np.zeros(len(t0), dtype=bool)
+    i = np.searchsorted(starts, t0, side="right") - 1
+    j = np.maximum(i, 0)
+    return j, (i >= 0) & (t1 <= ends[j])
 
 
 def count_per_step(events, step_label: str, phase_labels: dict[str, str],
@@ -109,56 +113,78 @@ def count_per_step(events, step_label: str, phase_labels: dict[str, str],
     """One dict per step window, in time order: syncs per phase, listed sync ops, ops, allocs,
     and events per phase (anything seen in it: ops, runtime calls, allocations).
 
-    Allocations are the allocator's own records (`[memory]` with positive bytes), so an
-    allocation counts whichever op (or none) made it."""
-    s_start, s_end = _windows(events, step_label)
-    phases = {p: _merged(*_windows(events, lab)) for p, lab in phase_labels.items()}
-    labels = {step_label, *phase_labels.values()}
-    rows = [dict(step=i, ops=0, allocs=0, alloc_bytes=0,
-                 **{f"syncs_{p}": 0 for p in phase_labels}, **{f"ops_{p}": 0 for p in phase_labels},
-                 **{f"events_{p}": 0 for p in phase_labels},
-                 **{f"ran_{p}": 0 for p in phase_labels},
-                 **{n: 0 for n in LISTED_OPS + CUDA_SYNC_CALLS}) for i in range(len(s_start))]
+    An event counts for the step window holding it and for the innermost phase range
+    holding it (the latest-starting one; the ranges of one label merged first). Allocations
+    are the allocator's own records (`[memory]` with positive bytes), so an allocation
+    counts whichever op (or none) made it.
 
-    def phase_of(t0: int, t1: int) -> str | None:
-        """The innermost phase range holding [t0, t1]: the latest-starting one."""
-        best, best_start = None, -1
-        for p, (ps, pe) in phases.items():
-            i = _find(ps, pe, t0, t1)
-            if i is not None and ps[i] > best_start:
-                best, best_start = p, ps[i]
-        return best
+    Arrays, not a loop over events: a profiled pass of 8 GSM8K prompts on CPU records
+    ~400k events, and a Python loop over them took ~2 s of a ~10 s pass."""
+    phases = list(phase_labels)
+    listed = LISTED_OPS + CUDA_SYNC_CALLS
+    names = list(map(itemgetter(0), events))       # columns (zip(*events): 1 s at 700k)
+    t0, t1, nbytes = (np.fromiter(map(itemgetter(c), events), np.int64, len(events))
+                      for c in (1, 2, 3))
+    # what each distinct name is: under a hundred names for ~400k events
+    codes, uniques = pd.factorize(pd.Series(names, dtype=object))
+    code_of = {u: c for c, u in enumerate(uniques)}
 
-    label_phase = {lab: p for p, lab in phase_labels.items()}
-    for name, t0, t1, nbytes in events:
-        if name in labels:
-            if name in label_phase:              # the phase range itself: it ran
-                i = _find(s_start, s_end, t0, t1)
-                if i is not None:
-                    rows[i][f"ran_{label_phase[name]}"] += 1
+    def windows(label: str) -> tuple[np.ndarray, np.ndarray]:
+        """The label's ranges, sorted by start (then end)."""
+        m = codes == code_of.get(label, -1)
+        order = np.lexsort((t1[m], t0[m]))
+        return t0[m][order], t1[m][order]
+
+    s_start, s_end = windows(step_label)
+    n_steps, n_ph, n_ls = len(s_start), len(phases), len(listed)
+    label_phase = {phase_labels[p]: k for k, p in enumerate(phases)}
+    u_label = np.array([u == step_label or u in label_phase for u in uniques], dtype=bool)
+    u_phase = np.array([label_phase.get(u, -1) for u in uniques], dtype=np.int64)
+    u_aten = np.array([u.startswith("aten::") for u in uniques], dtype=bool)
+    u_sync = np.array([is_sync(u, device) for u in uniques], dtype=bool)
+    u_alloc = np.array([u == "[memory]" for u in uniques], dtype=bool)
+    u_listed = np.array([listed.index(u) if u in listed else -1 for u in uniques],
+                        dtype=np.int64)
+    step, in_step = _containing(s_start, s_end, t0, t1)
+    # the innermost phase: phases in order, a later start wins (a tie: the earlier phase)
+    phase = np.full(len(t0), -1, dtype=np.int64)
+    best = np.full(len(t0), -1, dtype=np.int64)
+    for k, p in enumerate(phases):
+        ps, pe = _merged(*windows(phase_labels[p]))
+        if not len(ps):
             continue
-        i = _find(s_start, s_end, t0, t1)
-        if i is None:
-            continue
-        row = rows[i]
-        p = phase_of(t0, t1)
-        if p is not None:
-            row[f"events_{p}"] += 1
-        if name == "[memory]":
-            if nbytes > 0:
-                row["allocs"] += 1
-                row["alloc_bytes"] += nbytes
-            continue
-        sync = is_sync(name, device)
-        if name.startswith("aten::"):
-            row["ops"] += 1
-        if name in row:
-            row[name] += 1
-        if p is not None:
-            if name.startswith("aten::"):
-                row[f"ops_{p}"] += 1
-            if sync:
-                row[f"syncs_{p}"] += 1
-    for row in rows:
+        j, inside = _containing(ps, pe, t0, t1)
+        later = inside & (ps[j] > best)
+        phase[later], best[later] = k, ps[j][later]
+
+    def per_step(mask: np.ndarray, index: np.ndarray | None = None, size: int = 1,
+                 weights: np.ndarray | None = None) -> np.ndarray:
+        """Counts (or weight sums) of the masked events, per step [and index < size]."""
+        at = step[mask] * size + (0 if index is None else index[mask])
+        w = None if weights is None else weights[mask]
+        return np.bincount(at, weights=w, minlength=n_steps * size).reshape(n_steps, size)
+
+    is_label = u_label[codes]
+    ev = in_step & ~is_label                   # what a step holds, its labels left out
+    in_phase = ev & (phase >= 0)
+    aten, sync, lst = u_aten[codes], u_sync[codes], u_listed[codes]
+    alloc = ev & u_alloc[codes] & (nbytes > 0)
+    ops, allocs = per_step(ev & aten), per_step(alloc)
+    alloc_bytes = per_step(alloc, weights=nbytes.astype(np.float64))
+    syncs = per_step(in_phase & sync, phase, n_ph)
+    phase_ops = per_step(in_phase & aten, phase, n_ph)
+    seen = per_step(in_phase, phase, n_ph)
+    ran = per_step(in_step & (u_phase[codes] >= 0), u_phase[codes], n_ph)
+    by_name = per_step(ev & (lst >= 0), lst, n_ls)
+    rows = []
+    for i in range(n_steps):
+        row = dict(step=i, ops=int(ops[i, 0]), allocs=int(allocs[i, 0]),
+                   alloc_bytes=int(round(alloc_bytes[i, 0])),
+                   **{f"syncs_{p}": int(syncs[i, k]) for k, p in enumerate(phases)},
+                   **{f"ops_{p}": int(phase_ops[i, k]) for k, p in enumerate(phases)},
+                   **{f"events_{p}": int(seen[i, k]) for k, p in enumerate(phases)},
+                   **{f"ran_{p}": int(ran[i, k]) for k, p in enumerate(phases)},
+                   **{n: int(by_name[i, k]) for k, n in enumerate(listed)})
         row["syncs_hot"] = sum(row.get(f"syncs_{p}", 0) for p in HOT_PHASES)
+        rows.append(row)
     return rows
