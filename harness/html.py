@@ -31,7 +31,7 @@ def fig_to_data_uri(fig) -> str:
     """A matplotlib figure as a data: URI (PNG), closing the figure."""
     buf = io.BytesIO()
     try:
-        fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+        fig.savefig(buf, format="png", dpi=DPI)   # figures lay out with tight_layout
     finally:
         plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
