@@ -15,7 +15,7 @@ import numpy as np
 from mrbench.contract import SideResult
 
 from . import stats
-from .canary import wave_disturbed
+from .canary import MAX_OFF_CPU, off_cpu_share, wave_disturbed
 from .collectors import prefill_chunks
 from .collectors.agreement import first_divergence
 from .phases import HOT_PHASES
@@ -793,6 +793,27 @@ def _not_gated(c: Check, why: str) -> Check:
     return c
 
 
+def machine_busy(base: SideResult, cand: SideResult) -> tuple[bool, str]:
+    """(not measured, note) for a workload's latency checks, from the step threads' time
+    off their CPUs (canary.off_cpu_share; CPU engines only, where a step never waits for a
+    device). The baseline never carries a fault, so its thread off-CPU for MAX_OFF_CPU of
+    its steps means the machine ran other work during the waves: the latency figures are
+    the machine's, in either direction, and are not judged. A candidate off-CPU alone may be
+    its own doing (a blocking wait it added), so it is judged, with a note."""
+    if base.resolved.get("device") != "cpu" or cand.resolved.get("device") != "cpu":
+        return False, ""
+    sb, sc = off_cpu_share(base.steps), off_cpu_share(cand.steps)
+    if sb is None or sc is None:
+        return False, ""
+    said = (f"the engine threads were off their CPUs for {sb:.1%} (baseline) and {sc:.1%} "
+            f"(candidate) of their timed steps")
+    if sb >= MAX_OFF_CPU:
+        return True, f"not measured: {said}: the machine ran other work"
+    if sc >= MAX_OFF_CPU:
+        return False, f"{said}: possibly the candidate's own waiting, so judged"
+    return False, ""
+
+
 def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
             reference: dict | None = None) -> list[Check]:
     """Every check of one workload. Across engines (bundled vs vLLM) the two sides are not
@@ -801,6 +822,12 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
     stays a paired test."""
     cross = cross_engine(base, cand)
     checks = [latency_check(wl, m, base, cand, th) for m in th.latency_metrics]
+    busy, why = machine_busy(base, cand)
+    for c in checks:
+        if busy:
+            _not_gated(c, why)
+        elif why:
+            c.note = f"{c.note}; {why}" if c.note else why
     if cross:
         checks = [_not_gated(c, "cross-engine latency: reported, not gated") for c in checks]
     agree = parity_check(wl, base, cand, th) if cross else agreement_check(wl, base, cand, th)
