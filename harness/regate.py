@@ -67,3 +67,45 @@ def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
     manifest = dict(environment(), compared=dict(base=str(base), cand=str(cand), side=side),
                     base_manifest=bm, cand_manifest=cm)
     return summary, code, writer.commit(manifest, summary)
+
+
+WAVE_TABLES = ("requests", "itl", "steps")     # the timed tables: every row has its wave
+
+
+def first_waves(run: Path, n: int) -> dict:
+    """`run`'s summary with its checks recomputed by the gate (compare) on the first `n`
+    ABBA waves of each workload alone.
+
+    Why: a study run at 192 waves then also says what the 96 waves the suite ships would
+    have judged, on the same engines and machine (the generated GSM8K problems are a
+    stream, so a run's first 96 waves are the shorter entry's prompts). The timed tables
+    (requests, itl, steps) keep their rows of waves < n; the profiled pass's tables (op,
+    sync and audit counts) and the tokens are the whole run's, judged as recorded. A table
+    the run did not keep (a power study's packed runs leave itl.csv out) is "not measured"
+    as it would be in the run. BadInput when a workload has fewer than `n` waves or a timed
+    table without a wave column."""
+    if n < 1:
+        raise BadInput(f"--waves must be at least 1, got {n}")
+    m, s = read_run(run)
+    suite = m.get("suite", {})
+    overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
+    checks = []
+    for w, desc in m.get("workloads", {}).items():
+        sides = {}
+        for side in ("baseline", "candidate"):
+            res = load_side(run, w, side)
+            ran = {r.get("wave") for r in res.steps} - {None}
+            if len(ran) < n:
+                raise BadInput(f"{run}: {w} ran {len(ran)} waves on the {side} side, "
+                               f"fewer than {n}")
+            for t in WAVE_TABLES:
+                rows = getattr(res, t)
+                if rows and "wave" not in rows[0]:
+                    raise BadInput(f"{run}: {w}'s {t} table has no wave column")
+                setattr(res, t, [r for r in rows if r["wave"] is not None and r["wave"] < n])
+            res.resolved = m.get("resolved", {}).get(w, {}).get(side, {})
+            sides[side] = res
+        th = Thresholds.model_validate({**suite.get("thresholds", {}),
+                                        **overrides.get((desc or {}).get("entry", w), {})})
+        checks += [c.to_dict() for c in compare(w, sides["baseline"], sides["candidate"], th)]
+    return dict(s, checks=checks, waves=n)

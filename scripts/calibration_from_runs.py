@@ -7,7 +7,7 @@ aggregates them the same way (campaign.aggregate_calibration), from one or sever
 directories (several machines' pieces of one study). Runs with candidate faults are
 refused: they are not no-change runs.
 
-Usage: python scripts/calibration_from_runs.py SUITE DIR [DIR ...] [--json OUT.json]
+Usage: python scripts/calibration_from_runs.py SUITE DIR [DIR ...] [--json OUT.json] [--waves N]
 SUITE is what the runs ran (e.g. gpu-quick:gsm8k): it gives the bars the projection uses.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from mrbench.contract import BadInput
 from mrbench.harness.campaign import aggregate_calibration, finished_runs
 from mrbench.harness.commands.calibrate import print_calibration
+from mrbench.harness.regate import first_waves
 from mrbench.harness.suite import load_suite
 
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("suite")
     p.add_argument("dirs", nargs="+", type=Path)
+    p.add_argument("--waves", type=int, metavar="N",
+                   help="judge each run on its first N waves alone (harness.regate.first_waves)")
     p.add_argument("--json", type=Path, help="write the aggregate (calibration.json's form)")
     a = p.parse_args(argv)
     try:
@@ -36,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         if faulted:                  # e.g. a power study's ruler runs: not no-change runs
             raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
                            f"an A/A study takes clean runs only")
+        if a.waves:
+            found = [(d, first_waves(d, a.waves)) for d, _ in found]
     except BadInput as e:
         print(f"calibration_from_runs: {e}", file=sys.stderr)
         return 2

@@ -8,7 +8,7 @@ also in a campaign's hidden `.NAME.*` directory). This reads them all, tells cle
 from ruler runs by the candidate's recorded faults, and aggregates them the way the
 command does (campaign.aggregate_power).
 
-Usage: python scripts/power_from_runs.py SUITE DIR [DIR ...] [--json OUT.json]
+Usage: python scripts/power_from_runs.py SUITE DIR [DIR ...] [--json OUT.json] [--waves N]
        [--report OUT_DIR]
 SUITE is what the runs ran (e.g. gpu-quick:gsm8k): it gives the bars the projection uses.
 --report writes the study's report.html (as `mrbench power` does) and each of its figures
@@ -24,6 +24,7 @@ from pathlib import Path
 from mrbench.contract import BadInput
 from mrbench.harness.campaign import aggregate_power, finished_runs
 from mrbench.harness.commands.power import print_power
+from mrbench.harness.regate import first_waves
 from mrbench.harness.suite import load_suite
 
 
@@ -31,13 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("suite")
     p.add_argument("dirs", nargs="+", type=Path)
+    p.add_argument("--waves", type=int, metavar="N",
+                   help="judge each run on its first N waves alone (harness.regate.first_waves)")
     p.add_argument("--json", type=Path, help="write the aggregate (power.json's form)")
     p.add_argument("--report", type=Path, metavar="OUT_DIR",
                    help="write report.html and the figures as PNG files here")
     a = p.parse_args(argv)
     try:
         suite = load_suite(a.suite)
-        res = aggregate_power(suite, [(s, 0) for _, s in finished_runs(a.dirs, suite)])
+        found = finished_runs(a.dirs, suite)
+        if a.waves:
+            found = [(d, first_waves(d, a.waves)) for d, _ in found]
+        res = aggregate_power(suite, [(s, 0) for _, s in found])
     except BadInput as e:
         print(f"power_from_runs: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,62 @@
+"""harness.regate.first_waves: a stored run re-judged by the gate on its first N waves, so
+that a study at many waves also says what fewer would have shown. On all its waves it must
+give back the run's own checks; on fewer, the checks say so; more than it ran is refused.
+A real run of a small blocked suite on the bundled model (V2 vs V2, the ruler on)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mrbench.contract import BadInput
+from mrbench.harness.cli import main
+from mrbench.harness.regate import first_waves
+
+pytestmark = pytest.mark.slow
+
+SUITE = """name: tiny-waves
+description: 8 ABBA waves of 2 GSM8K problems
+thresholds: {median_rel: 0.20, latency_rel: 1.0}
+workloads:
+  - id: gsm8k
+    workload: gsm8k
+    params: {mode: colocated, limit: 16, max_num_seqs: 2, wave_size: 2, profile_limit: 0,
+             max_tokens: 24}
+"""
+
+
+def _judged(checks: list[dict]) -> dict:
+    return {c["metric"]: (c["delta"], c["verdict"], c.get("method")) for c in checks}
+
+
+def test_a_run_re_judged_on_its_first_waves(tmp_path, capsys):
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(SUITE)
+    run = tmp_path / "run"
+    code = main(["run", str(suite), "--baseline", "v2", "--candidate", "v2",
+                 "--fault", "slow-step:200", "--out", str(run)])
+    assert code in (0, 1)           # the verdict is not what this tests (a busy machine
+                                    # makes the latency checks "not measured")
+    recorded = json.loads((run / "summary.json").read_text())
+    # all eight waves: the run's own checks, every one
+    again = first_waves(run, 8)
+    assert _judged(again["checks"]) == _judged(recorded["checks"])
+    assert again["candidate_faults"] == ["slow-step:200"] and again["waves"] == 8
+    # six waves (the fewest a median is judged on): judged on those alone
+    six = {c["metric"]: c for c in first_waves(run, 6)["checks"]}
+    step = six["median_step_ms"]
+    assert "over 6 ABBA waves" in step["method"] and step["delta"] > 0.5   # the ruler, +200 %
+    assert step["delta"] != _judged(recorded["checks"])["median_step_ms"][0]
+    with pytest.raises(BadInput, match="ran 8 waves .* fewer than 9"):
+        first_waves(run, 9)
+    # the power study's reader takes --waves
+    spec = importlib.util.spec_from_file_location(
+        "power_from_runs", Path(__file__).resolve().parents[2] / "scripts" / "power_from_runs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    capsys.readouterr()
+    assert script.main(["tiny-waves", str(tmp_path), "--waves", "6"]) == 2   # not a suite
+    assert script.main([str(suite), str(tmp_path), "--waves", "6"]) == 0
+    assert "+200 % 1" in capsys.readouterr().out
+    assert script.main([str(suite), str(tmp_path), "--waves", "9"]) == 2
+    assert "fewer than 9" in capsys.readouterr().err
