@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         if faulted:                  # e.g. a power study's ruler runs: not no-change runs
             raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
                            f"an A/A study takes clean runs only")
-        if a.waves:
+        if a.waves is not None:
             found = [(d, first_waves(d, a.waves)) for d, _ in found]
     except BadInput as e:
         print(f"calibration_from_runs: {e}", file=sys.stderr)

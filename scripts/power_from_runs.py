@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         suite = load_suite(a.suite)
         found = finished_runs(a.dirs, suite)
-        if a.waves:
+        if a.waves is not None:
             found = [(d, first_waves(d, a.waves)) for d, _ in found]
         res = aggregate_power(suite, [(s, 0) for _, s in found])
     except BadInput as e:

@@ -60,3 +60,5 @@ def test_a_run_re_judged_on_its_first_waves(tmp_path, capsys):
     assert "+200 % 1" in capsys.readouterr().out
     assert script.main([str(suite), str(tmp_path), "--waves", "9"]) == 2
     assert "fewer than 9" in capsys.readouterr().err
+    assert script.main([str(suite), str(tmp_path), "--waves", "0"]) == 2
+    assert "at least 1" in capsys.readouterr().err
