@@ -29,6 +29,16 @@ def last_passing_baseline(cand: Path, db: Path) -> Path:
     return Path(found)
 
 
+def recorded_thresholds(manifest: dict, workload: str) -> Thresholds:
+    """The thresholds a run judged `workload` by: its manifest's suite thresholds with the
+    workload's entry's own overrides (a sweep's workload names its entry)."""
+    suite = manifest.get("suite", {})
+    overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
+    entry = (manifest.get("workloads", {}).get(workload) or {}).get("entry", workload)
+    return Thresholds.model_validate({**suite.get("thresholds", {}),
+                                      **overrides.get(entry, {})})
+
+
 def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
            ) -> tuple[dict, int, Path]:
     """Gate `side` of run `cand` against `side` of run `base`, for the workloads both ran.
@@ -40,9 +50,6 @@ def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
     directory or the two share no workload."""
     bm, bs = read_run(base)
     cm, cs = read_run(cand)
-    suite = bm.get("suite", {})
-    overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
-    entry_of = {w: (d or {}).get("entry", w) for w, d in bm.get("workloads", {}).items()}
     common = [w for w in bm.get("workloads", {}) if w in cm.get("workloads", {})]
     if not common:
         raise BadInput(f"{base} and {cand} share no workload")
@@ -56,9 +63,7 @@ def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
         writer.add_side(w, "baseline", b)
         writer.add_side(w, "candidate", c)
         metrics[w] = dict(baseline=latency_summary(b), candidate=latency_summary(c))
-        th = Thresholds.model_validate({**suite.get("thresholds", {}),
-                                        **overrides.get(entry_of.get(w, w), {})})
-        checks += [x.to_dict() for x in compare(w, b, c, th)]
+        checks += [x.to_dict() for x in compare(w, b, c, recorded_thresholds(bm, w))]
     verdict, code = overall_verdict(checks, [])
     summary = dict(verdict=verdict, suite=f"compare {base.name} -> {cand.name}",
                    target=bs.get("target"), baseline=bs.get("candidate"),
@@ -87,10 +92,8 @@ def first_waves(run: Path, n: int) -> dict:
     if n < 1:
         raise BadInput(f"--waves must be at least 1, got {n}")
     m, s = read_run(run)
-    suite = m.get("suite", {})
-    overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
     checks = []
-    for w, desc in m.get("workloads", {}).items():
+    for w in m.get("workloads", {}):
         sides = {}
         for side in ("baseline", "candidate"):
             res = load_side(run, w, side)
@@ -105,7 +108,6 @@ def first_waves(run: Path, n: int) -> dict:
                 setattr(res, t, [r for r in rows if r["wave"] is not None and r["wave"] < n])
             res.resolved = m.get("resolved", {}).get(w, {}).get(side, {})
             sides[side] = res
-        th = Thresholds.model_validate({**suite.get("thresholds", {}),
-                                        **overrides.get((desc or {}).get("entry", w), {})})
-        checks += [c.to_dict() for c in compare(w, sides["baseline"], sides["candidate"], th)]
+        checks += [c.to_dict() for c in compare(w, sides["baseline"], sides["candidate"],
+                                                recorded_thresholds(m, w))]
     return dict(s, checks=checks, waves=n)
