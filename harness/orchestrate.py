@@ -61,21 +61,29 @@ def _failure(workload: str, side: str, e: Exception) -> dict:
     return dict(workload=workload, side=side, error=error, traceback=tb)
 
 
+SIDES = ("baseline", "candidate")
+
+
 @dataclass
 class Isolation:
     """How sessions are hosted: each in its own engine process with a deadline per call
     (mrbench.harness.worker; the default), or in this process (`--in-process`: for debugging with
-    a debugger or py-spy, where a crash or hang of the engine ends the run); and how much of
+    a debugger or py-spy, where a crash or hang of the engine ends the run); how much of
     the GPU the engines resident at once may take together (`--gpu-memory-utilization`:
-    each of them asks its engine for an equal share)."""
+    each of them asks its engine for an equal share); and whose engine is built first
+    (`--build-first`): the candidate's by default, so that a candidate that cannot start
+    costs no baseline start. The other order is the control for a bias that follows build
+    order rather than the runner: an A/A run should not move with it."""
 
     in_process: bool = False
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     gpu_memory_utilization: float = 0.85
+    build_first: str = "candidate"
 
-
-SIDES = ("baseline", "candidate")
-OPEN_ORDER = ("candidate", "baseline")   # a candidate that cannot start costs no baseline start
+    @property
+    def open_order(self) -> tuple[str, ...]:
+        """The sides in the order their engines are built."""
+        return (self.build_first,) + tuple(s for s in SIDES if s != self.build_first)
 
 
 def _attach_log(fail: dict, log: Path | None) -> None:
@@ -116,7 +124,7 @@ class SessionCache:
             if side not in wanted or self.open[side][0] != wanted[side][0]:
                 self.discard(side)
         sessions, errors = {}, {}
-        for side in OPEN_ORDER:
+        for side in self.iso.open_order:
             if side not in wanted:
                 continue
             key, spec, options, log = wanted[side]
@@ -187,6 +195,9 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
     if not 0 < iso.gpu_memory_utilization <= 0.95:
         raise BadInput(f"--gpu-memory-utilization must be in (0, 0.95], got "
                        f"{iso.gpu_memory_utilization}")
+    if iso.build_first not in SIDES:
+        raise BadInput(f"--build-first must be one of {', '.join(SIDES)}, got "
+                       f"{iso.build_first!r}")
     targets = {s.target: get_target(s.target) for s in (base, cand)}
     if save_reference and (cand.faults or base.faults):
         raise BadInput("--save-reference stores known-good counts: it cannot run with --fault")

@@ -58,6 +58,11 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                         "waves in which the machine itself ran slow are told apart and left "
                         "out of the per-wave latency tests (harness/canary.py; for virtual "
                         "GPU machines)")
+    p.add_argument("--build-first", choices=["candidate", "baseline"], default=None,
+                   help="whose engine is built first (default candidate: one that cannot "
+                        "start costs no baseline start). An A/A run with each order is the "
+                        "control for a bias that follows build order (recorded in every "
+                        "result)")
     p.add_argument("--in-process", action="store_true",
                    help="run engines in this process (debugging; a crash or hang of an "
                         "engine then ends the run)")
@@ -96,7 +101,8 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
     return Isolation(in_process=a.in_process,
                      timeout_s=a.timeout if a.timeout is not None else Isolation.timeout_s,
                      gpu_memory_utilization=gmu if gmu is not None
-                     else Isolation.gpu_memory_utilization)
+                     else Isolation.gpu_memory_utilization,
+                     build_first=a.build_first or Isolation.build_first)
 
 
 def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()

@@ -12,7 +12,10 @@
 #   TAG       prefix of the run directories (unique per call: m1c2 = machine 1, call 2)
 #   SECONDS   the call's budget: after the first run, none starts unless the last run's
 #             time (x 1.1) still fits
-#   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6)
+#   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6), each optionally
+#             with `@baseline`: that run builds the baseline's engine first (--build-first
+#             baseline; the run is named ...-clean-bfirst): e.g. clean,clean@baseline is an
+#             A/A study of build order
 # Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5),
 #   RUN_ARGS (more `mrbench run` flags, split on spaces: e.g. "--limit 3072" for 192
 #   waves of the gsm8k entry, to measure what more waves buy without editing the suite),
@@ -34,8 +37,9 @@ tag=${2:?TAG}
 budget=${3:?SECONDS}
 IFS=, read -ra settings <<< "${4:-clean,7.6}"
 for s in "${settings[@]}"; do
-  [[ $s == clean || $s =~ ^[0-9]+([.][0-9]+)?$ ]] || {
-    echo "runs_until.sh: setting '$s' is neither 'clean' nor a slow-step PCT"; exit 2; }
+  [[ $s =~ ^(clean|[0-9]+([.][0-9]+)?)(@baseline)?$ ]] || {
+    echo "runs_until.sh: setting '$s' is neither 'clean' nor a slow-step PCT" \
+      "(either with @baseline or not)"; exit 2; }
 done
 py=${PYTHON:-python3}
 entry=${ENTRY:-gpu-quick:gsm8k}
@@ -62,12 +66,14 @@ while :; do
     break
   fi
   s=${settings[$(( i % ${#settings[@]} ))]}
-  name=$(printf '%s-%02d-%s' "$tag" "$i" "$s")
-  fault=()
+  name=$(printf '%s-%02d-%s' "$tag" "$i" "${s/@baseline/-bfirst}")
+  fault=() order=()
+  [[ $s == *@baseline ]] && order=(--build-first baseline)
+  s=${s%@baseline}
   [[ $s != clean ]] && fault=(--fault "slow-step:$s")
   t0=$SECONDS
   echo "$name: started at ${used} s" | tee -a "$out/log.txt"
-  $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" \
+  $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" "${order[@]}" \
       --device "${DEVICE:-cuda}" "${pin[@]}" "${extra[@]}" --out "$runs/$name" \
       > "$runs/$name.stdout" 2> "$runs/$name.stderr"
   rc=$?

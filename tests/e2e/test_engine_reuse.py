@@ -48,3 +48,24 @@ def test_workloads_of_one_engine_shape_share_the_engines_and_progress_is_printed
         manifest["resolved"]["a"]["candidate"]["startup_s"]          # the same engine
     html = (out / "report.html").read_text()
     assert 'id="what-ran"' in html and "runner_impl" in html and "<details>" in html
+
+
+def test_build_first_baseline_builds_the_baseline_engine_first_and_is_recorded(
+        tmp_path, capsys):
+    """--build-first is the control for a bias that follows build order: the engines are
+    built in the order asked for, and the result says which order it was."""
+    suite = tmp_path / "one.yaml"
+    suite.write_text(SUITE.split("  - id: b")[0])
+    runs = {}
+    for first in ("baseline", None):
+        out = tmp_path / f"run-{first}"
+        code = main(["run", str(suite), "--out", str(out)]
+                    + (["--build-first", first] if first else []))
+        err = capsys.readouterr().err
+        assert code == 0, err
+        starts = [ln.split(" / ")[1].split(" (")[0] for ln in err.splitlines()
+                  if "starting engine" in ln]
+        manifest = json.loads((out / "manifest.json").read_text())
+        runs[first] = (starts, manifest["isolation"]["build_first"])
+    assert runs["baseline"] == (["baseline", "candidate"], "baseline")
+    assert runs[None] == (["candidate", "baseline"], "candidate")        # the default

@@ -58,7 +58,20 @@ def test_a_refused_run_ends_the_call_once_with_its_reason(tmp_path: Path) -> Non
     assert "next FIRST=1" in log
 
 
-@pytest.mark.parametrize("settings", ["clean,clen", "7.6,-5", "slow"])
+@pytest.mark.parametrize("first,name,flags", [
+    ("0", "w-00-clean", ""), ("1", "w-01-clean-bfirst", "--build-first baseline"),
+    ("2", "w-02-7.6-bfirst", "--fault slow-step:7.6 --build-first baseline")])
+def test_at_baseline_builds_the_baseline_engine_first(tmp_path: Path, first: str, name: str,
+                                                      flags: str) -> None:
+    res = _run(tmp_path, "w", "0", "clean,clean@baseline,7.6@baseline", FIRST=first)
+    assert res.returncode == 0, res.stdout
+    argv = _argv(tmp_path, name)
+    assert ("--build-first" in argv) == bool(flags) and flags in argv
+    assert "slow-step" not in argv or "slow-step:7.6 " in argv    # the @ is not in the PCT
+
+
+@pytest.mark.parametrize("settings", ["clean,clen", "7.6,-5", "slow", "clean@candidate",
+                                      "@baseline"])
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, settings: str) -> None:
     res = _run(tmp_path, "v", "600", settings)
     assert res.returncode == 2
