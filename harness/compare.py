@@ -162,6 +162,9 @@ def _disturbed(side: SideResult) -> dict[int, bool] | None:
     return {w: d for w, d in out.items() if d is not None}
 
 
+GUARD_SHARE = 0.2     # the canary guard tests at this share of the gate's alpha (below)
+
+
 def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alpha: float
                       ) -> tuple[list[int], str]:
     """The waves a per-wave latency test may use, and a note saying what was left out.
@@ -170,9 +173,17 @@ def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alph
     the steps (canary.wave_disturbed) on either side is not evidence about the runners: its
     P99 is the machine's burst (docs/detection-power.md, "Bursts"). Such waves are left
     out, unless the candidate's waves were disturbed more often than the baseline's
-    (one-sided exact sign test on the waves disturbed on one side only, at `alpha`): then
-    the disturbance may be the candidate's own doing (a host-side storm it causes), and
-    every wave is kept."""
+    (one-sided exact sign test on the waves disturbed on one side only): then the
+    disturbance may be the candidate's own doing (a host-side storm it causes), and every
+    wave is kept.
+
+    The guard tests at GUARD_SHARE x `alpha` (0.01 at the suites' 0.05), not at `alpha`:
+    on a machine with bursts every firing by chance puts the bursts back on one side, so
+    the guard's own level adds to the gate's false alarms. An H100 A/A run had the
+    candidate disturbed in 12 waves and the baseline in 4 (p = 0.038): at 0.05 the guard
+    kept every wave and the P99 step read +5.6 % (a false alarm), on the 80 undisturbed
+    waves +1.1 %. A storm the candidate causes is lopsided far beyond that: 8 waves of 24
+    against none is p = 0.004."""
     mb, mc = _disturbed(base), _disturbed(cand)
     if mb is None and mc is None:
         return waves, ""
@@ -185,7 +196,7 @@ def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alph
     if not db | dc:
         return waves, f"; canary: the machine ran at its usual speed in all {len(waves)} waves"
     guard = stats.sign_test_exact(len(dc - db), len(db - dc), alternative="greater")
-    if guard.p_value < alpha:
+    if guard.p_value < GUARD_SHARE * alpha:
         return waves, (f"; canary: the machine ran slow in {len(dc)} of the candidate's waves "
                        f"and {len(db)} of the baseline's (p = {guard.p_value:.2g}, "
                        f"{guard.method}): possibly the candidate's doing, so all waves kept")
