@@ -36,6 +36,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -59,7 +60,11 @@ def _spin(n: int) -> None:
 
 def _canary_main(cpu: int, ring, count) -> None:
     """The canary's process: calibrate one chunk of pure-Python work to CHUNK_S, then run
-    chunks forever, stamping each end into the shared ring."""
+    chunks forever, stamping each end into the shared ring. It ignores SIGINT: a Ctrl-C
+    or `timeout -s INT` reaches the whole process group, and the parent, which owns the
+    canary, ends it (close, or as a daemon at exit); otherwise the canary printed a
+    KeyboardInterrupt traceback into the run's log under "mrbench: interrupted"."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.sched_setaffinity(0, {cpu})
     n = 1000
     while True:                                  # calibrate: ~CHUNK_S a chunk

@@ -142,6 +142,20 @@ def test_the_canary_sees_a_pause_of_the_machine_where_it_happened():
         c.close()
 
 
+def test_an_interrupt_leaves_the_canary_to_its_owner():
+    """Ctrl-C (or `timeout -s INT` on a nightly) signals the whole process group: the
+    canary ignores it, printing no traceback, and keeps stamping until its owner closes it."""
+    c = canary.Canary(_free_cpus()[-1])
+    try:
+        os.kill(c._proc.pid, signal.SIGINT)
+        n = c._count.value
+        time.sleep(0.3)
+        assert c._proc.is_alive() and c._count.value > n
+    finally:
+        c.close()
+    assert not c._proc.is_alive()
+
+
 def test_a_wave_side_is_disturbed_when_the_machine_took_a_whole_step():
     steps = np.full(100, 0.5)
     assert canary.wave_disturbed(np.zeros(100), steps) is False
