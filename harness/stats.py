@@ -40,6 +40,7 @@ __all__ = [
     "proportion_ci_wilson",
     "paired_diff_proportion_ci",
     "mean_ci_t",
+    "mean_diff_welch",
     "summarize_latency",
     "Heterogeneity",
     "heterogeneity_cochran_q",
@@ -625,6 +626,25 @@ def mean_ci_t(samples: ArrayLike, level: float = 0.95) -> Interval:
         return Interval(mean, mean, mean, lf, "student-t")
     lo, hi = _st.t.interval(lf, n - 1, loc=mean, scale=sem)
     return Interval(mean, float(lo), float(hi), lf, "student-t")
+
+
+def mean_diff_welch(a: ArrayLike, b: ArrayLike, level: float = 0.95
+                    ) -> tuple[Interval, TestResult]:
+    """mean(a) - mean(b) with a Welch t CI, and the two-sided Welch t test
+    (scipy.stats.ttest_ind, unequal variances): for two groups of per-run estimates, e.g.
+    A/A runs whose engines were built in one order against those built in the other.
+    NaN (and the method saying why) when a group has fewer than 2 values."""
+    lf = _check_level(level)
+    x, y = _as_1d_float(a), _as_1d_float(b)
+    method = "Welch t (unequal variances)"
+    if x.size < 2 or y.size < 2:
+        why = f"{method}: a group has < 2 values"
+        est = float(x.mean() - y.mean()) if x.size and y.size else _NAN
+        return Interval(est, _NAN, _NAN, lf, why), TestResult(_NAN, _NAN, why)
+    res = _st.ttest_ind(x, y, equal_var=False)
+    ci = res.confidence_interval(confidence_level=lf)
+    return (Interval(float(x.mean() - y.mean()), float(ci.low), float(ci.high), lf, method),
+            TestResult(float(res.statistic), float(res.pvalue), method))
 
 
 def summarize_latency(samples_ms: ArrayLike) -> dict[str, float | int]:

@@ -162,3 +162,36 @@ def test_the_estimates_figure_puts_each_run_against_its_checks_bar():
         assert bars == [pytest.approx(100 * res["checks"][name]["bar"])]
         cols = sorted({round(x) for (x, _), _ in points})
         assert cols == [0, 1, 2]                          # clean, +5 %, +10 %
+
+
+def test_the_build_order_script_splits_a_a_runs_by_the_order_recorded(tmp_path, capsys):
+    """Runs are grouped by the manifest's isolation.build_first (runs from before it was
+    recorded built the candidate first); the two orders' means and their Welch difference
+    are printed, the figure drawn; a ruler run is refused."""
+    spec = importlib.util.spec_from_file_location(
+        "build_order_from_runs",
+        Path(__file__).resolve().parents[2] / "scripts" / "build_order_from_runs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    deltas = {"c": [0.02, 0.03, 0.01, 0.02], "b": [-0.01, 0.0, -0.02]}
+    for o, ds in deltas.items():
+        for i, d in enumerate(ds):
+            run = tmp_path / "runs" / f"{o}{i}"
+            run.mkdir(parents=True)
+            (run / "summary.json").write_text(json.dumps(_summary([], [], d)))
+            iso = {} if i == 0 else {"build_first": "candidate" if o == "c" else "baseline"}
+            if o == "b" and i == 0:
+                iso = {"build_first": "baseline"}
+            (run / "manifest.json").write_text(json.dumps({"isolation": iso}))
+    png = tmp_path / "bo.png"
+    assert script.main(["gpu-quick:gsm8k", str(tmp_path / "runs"), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "median_step_ms             candidate first:   4 runs  mean  +2.00 %" in out
+    assert "median_step_ms              baseline first:   3 runs  mean  -1.00 %" in out
+    assert "candidate-first minus baseline-first: +3.00 %" in out and "Welch t" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    ruler = tmp_path / "runs" / "r0"
+    ruler.mkdir()
+    (ruler / "summary.json").write_text(json.dumps(_summary(["slow-step:7.6"], [], 0.08)))
+    assert script.main(["gpu-quick:gsm8k", str(tmp_path / "runs")]) == 2
+    assert "carry candidate faults" in capsys.readouterr().err

@@ -540,3 +540,18 @@ def test_sign_flip_sees_a_collapse():
     rng = np.random.default_rng(3)
     base = rng.binomial(2, np.full(10, 0.9)) / 2
     assert st.sign_flip_test_paired(np.full(10, 0.5) - base).p_value < 0.05
+
+
+def test_mean_diff_welch_against_the_formula():
+    """Welch's CI by hand (Satterthwaite's degrees of freedom) and its two-sided p."""
+    a, b = [1.2, 0.4, 2.1, 1.7, 0.9], [-0.5, 0.2, -1.1, 0.1]
+    ci, t = st.mean_diff_welch(a, b, level=0.9)
+    va, vb = np.var(a, ddof=1) / 5, np.var(b, ddof=1) / 4
+    df = (va + vb) ** 2 / (va ** 2 / 4 + vb ** 2 / 3)
+    half = sps.t.ppf(0.95, df) * math.sqrt(va + vb)
+    d = np.mean(a) - np.mean(b)
+    assert ci.estimate == pytest.approx(d)
+    assert (ci.lo, ci.hi) == pytest.approx((d - half, d + half))
+    assert t.p_value == pytest.approx(2 * sps.t.sf(d / math.sqrt(va + vb), df))
+    lone, test = st.mean_diff_welch([1.0], b)
+    assert math.isnan(lone.lo) and math.isnan(test.p_value) and "< 2 values" in test.method
