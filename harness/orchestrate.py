@@ -21,7 +21,7 @@ from mrbench.workloads import get_workload
 from . import progress, references
 from .collectors.agreement import first_divergence
 from .compare import compare, latency_summary
-from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, RunInterrupted
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress
 from .results import RunWriter, check_out, environment
@@ -161,6 +161,21 @@ def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]
     return "pass", EXIT_PASS
 
 
+def _interrupted(current: str | None, finished: list[str], ordered: list, failures: list,
+                 prog: Progress) -> dict:
+    """What an interrupt left undone, for the summary: the workload in progress fails on
+    both sides (its results are lost), the ones not started are listed, and the run's
+    verdict becomes "error" (an interrupted run cannot pass)."""
+    during = current if current not in finished else None
+    not_run = [w for w, *_ in ordered if w not in finished and w != during]
+    if during:
+        failures += [dict(workload=during, side=s, error="interrupted while it ran (SIGINT "
+                          "or SIGTERM): its results are lost") for s in SIDES]
+    prog.line(f"interrupted{f' during {during}' if during else ''}: {len(finished)} "
+              f"finished, {len(not_run)} not run; writing what finished")
+    return dict(during=during, finished=list(finished), not_run=not_run)
+
+
 def _engine_key(target, spec: SideSpec, options) -> Any:
     """The target's engine key; a target without one (a plug-in) reuses an engine only for
     an identical side and shape."""
@@ -236,74 +251,84 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
     unsupported: list[dict] = []
     t_start = time.time()
     saved: dict[str, dict] = {}
+    finished: list[str] = []                 # workloads done (checks in), for an interrupt
+    current, interrupted = None, None
     prog = Progress(len(ordered), f"mrbench {suite.name}", log)
     prog.side_names = {s: side_label(sp, specs["candidate" if s == "baseline" else "baseline"])
                        for s, sp in specs.items()}
     prog.line(f"{suite.name}: {len(ordered)} workloads, candidate "
               f"{side_label(cand, base)} vs baseline {side_label(base, cand)} on {base.device}")
     with progress.active(prog):
-        for wid, entry, wl, params, items, options in ordered:
-            prog.workload = wid
-            prog.status(wid)
-            n_fail = len(failures)
-            why = {s: r for s, sp in specs.items()
-                   if (r := _unsupported(targets[sp.target], sp, options, wl.needs))}
-            if why:                        # not this machine's: say so, it is no failure
-                for s, r in why.items():
-                    unsupported.append(dict(workload=wid, side=s, target=specs[s].target,
-                                            reason=r))
-                    prog.side(s, f"unsupported here: {r}")
-                prog.advance()
-                continue
-            wanted = {s: (_engine_key(targets[sp.target], sp, options), sp, options,
-                          logs / f"{wid}.{s}.log") for s, sp in specs.items()}
-            sessions, errors = cache.acquire(wanted, prog)
-            for side, e in errors.items():
-                if isinstance(e, Unsupported):
-                    unsupported.append(dict(workload=wid, side=side,
-                                            target=specs[side].target, reason=str(e)))
-                else:
-                    failures.append(_failure(wid, side, e))
-                    _attach_log(failures[-1], wanted[side][3])
-            if errors:                     # nothing runs on one side: keep the engines
-                prog.advance()
-                continue
-            results = {}
-            try:
-                prog.status(f"{wid}: {' + '.join(sessions)}")
-                results, failed = wl.run(sessions, items, params, InterleavedDriver(base.device))
-                for s, f in failed.items():
-                    failures.append(dict(workload=wid, side=s, error=f.error,
-                                         traceback=f.traceback))
-            except Exception as e:       # the workload itself crashed: both sides fail
-                failures += [_failure(wid, s, e) for s in sessions]
+        try:
+            for wid, entry, wl, params, items, options in ordered:
+                prog.workload, current = wid, wid
+                prog.status(wid)
+                n_fail = len(failures)
+                why = {s: r for s, sp in specs.items()
+                       if (r := _unsupported(targets[sp.target], sp, options, wl.needs))}
+                if why:                        # not this machine's: say so, it is no failure
+                    for s, r in why.items():
+                        unsupported.append(dict(workload=wid, side=s, target=specs[s].target,
+                                                reason=r))
+                        prog.side(s, f"unsupported here: {r}")
+                    prog.advance()
+                    finished.append(wid)
+                    continue
+                wanted = {s: (_engine_key(targets[sp.target], sp, options), sp, options,
+                              logs / f"{wid}.{s}.log") for s, sp in specs.items()}
+                sessions, errors = cache.acquire(wanted, prog)
+                for side, e in errors.items():
+                    if isinstance(e, Unsupported):
+                        unsupported.append(dict(workload=wid, side=side,
+                                                target=specs[side].target, reason=str(e)))
+                    else:
+                        failures.append(_failure(wid, side, e))
+                        _attach_log(failures[-1], wanted[side][3])
+                if errors:                     # nothing runs on one side: keep the engines
+                    prog.advance()
+                    finished.append(wid)
+                    continue
                 results = {}
-            for f in failures[n_fail:]:
-                _attach_log(f, cache.log(f["side"]))
-                cache.discard(f["side"])     # an engine that failed mid-workload is retired
-            prog.advance()
-            if len(results) == 2:             # per-request agreement, for tables and plots
-                for row, b, c in zip(results["candidate"].requests,
-                                     results["baseline"].tokens,
-                                     results["candidate"].tokens):
-                    row["first_divergence"] = first_divergence(b, c)
-                    row["agrees"] = row["first_divergence"] == -1
-            for side, res in results.items():
-                writer.add_side(wid, side, res)
-                resolved.setdefault(wid, {})[side] = res.resolved
-                metrics.setdefault(wid, {})[side] = latency_summary(res)
-                saved.setdefault(side, {})[wid] = dict(params=params.model_dump(),
-                                                       profile=res.profile)
-            if len(results) == 2:
-                ref = references.load(results["candidate"].resolved, wid, params.model_dump())
-                new = [c.to_dict() for c in compare(wid, results["baseline"],
-                                                    results["candidate"],
-                                                    suite.thresholds_for(entry.id), ref)]
-                checks += new
-                bad = [f"{c['metric']} {c['verdict']}" for c in new
-                       if c["verdict"] in ("regression", "error")]
-                prog.line(f"{wid}: {len(new)} checks" + (f"; {', '.join(bad)}" if bad
-                                                          else ", no regression"))
+                try:
+                    prog.status(f"{wid}: {' + '.join(sessions)}")
+                    results, failed = wl.run(sessions, items, params, InterleavedDriver(base.device))
+                    for s, f in failed.items():
+                        failures.append(dict(workload=wid, side=s, error=f.error,
+                                             traceback=f.traceback))
+                except Exception as e:       # the workload itself crashed: both sides fail
+                    failures += [_failure(wid, s, e) for s in sessions]
+                    results = {}
+                for f in failures[n_fail:]:
+                    _attach_log(f, cache.log(f["side"]))
+                    cache.discard(f["side"])     # an engine that failed mid-workload is retired
+                prog.advance()
+                if len(results) == 2:             # per-request agreement, for tables and plots
+                    for row, b, c in zip(results["candidate"].requests,
+                                         results["baseline"].tokens,
+                                         results["candidate"].tokens):
+                        row["first_divergence"] = first_divergence(b, c)
+                        row["agrees"] = row["first_divergence"] == -1
+                for side, res in results.items():
+                    writer.add_side(wid, side, res)
+                    resolved.setdefault(wid, {})[side] = res.resolved
+                    metrics.setdefault(wid, {})[side] = latency_summary(res)
+                    saved.setdefault(side, {})[wid] = dict(params=params.model_dump(),
+                                                           profile=res.profile)
+                if len(results) == 2:
+                    ref = references.load(results["candidate"].resolved, wid, params.model_dump())
+                    new = [c.to_dict() for c in compare(wid, results["baseline"],
+                                                        results["candidate"],
+                                                        suite.thresholds_for(entry.id), ref)]
+                    checks += new
+                    bad = [f"{c['metric']} {c['verdict']}" for c in new
+                           if c["verdict"] in ("regression", "error")]
+                    prog.line(f"{wid}: {len(new)} checks" + (f"; {', '.join(bad)}" if bad
+                                                              else ", no regression"))
+                finished.append(wid)
+        except KeyboardInterrupt:           # SIGINT, or SIGTERM (cli): keep what finished
+            interrupted = _interrupted(current, finished, ordered, failures, prog)
+            pool.kill_all()                 # a host may be mid-call: no polite close
+            cache.open.clear()
         cache.close_all()
         pool.shutdown()
         order = {w: i for i, (w, *_) in enumerate(plan)}        # report in the suite's order
@@ -319,6 +344,8 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                    candidate_faults=list(cand.faults), checks=checks, failures=failures,
                    unsupported=unsupported,
                    metrics=metrics, wall_s=round(time.time() - t_start, 2))
+    if interrupted:
+        summary["interrupted"] = interrupted
     manifest = dict(environment(), suite=suite.model_dump(), target=target_name,
                     isolation=asdict(iso),
                     sides=dict(baseline=asdict(base), candidate=asdict(cand)),
@@ -329,6 +356,8 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                                        items=len(items)) for w, e, wl, p, items in plan},
                     resolved=resolved)
     path = writer.commit(manifest, summary)
+    if interrupted:
+        raise RunInterrupted(summary, path)
     if save_reference and not failures:     # a side that failed has nothing to keep
         for side in ("baseline", "candidate"):
             sha = manifest.get("git_sha")

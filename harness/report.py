@@ -527,6 +527,8 @@ def _build_context(run_dir: Path) -> dict:
                       "error": f.get("error", ""), "engine_log": f.get("engine_log")}
                      for f in failures],
         "unsupported": [u for u in (summary.get("unsupported") or []) if isinstance(u, dict)],
+        "interrupted": summary.get("interrupted") if isinstance(summary.get("interrupted"),
+                                                                dict) else None,
         "checks": [_check_row(c) for c in checks],
         "n_regressions": sum(1 for c in checks if c.get("verdict") == "regression"),
         "workloads": workloads,

@@ -302,3 +302,10 @@ class HostPool:
         for h in self.hosts.values():
             h.shutdown()
         self.hosts = {}
+
+    def kill_all(self) -> None:
+        """End every engine process at once: after an interrupt a host may be mid-call, and
+        its pipe then holds a reply that a polite close would read as its own."""
+        for h in self.hosts.values():
+            h.kill()
+        self.hosts = {}

@@ -3,7 +3,9 @@ results directory."""
 from __future__ import annotations
 
 import argparse
+import sys
 
+from ..errors import EXIT_INTERRUPTED, RunInterrupted
 from ..orchestrate import run_suite
 from ..results import default_out
 from .common import isolation_of, print_summary, render_run, suite_and_sides
@@ -12,8 +14,17 @@ from .common import isolation_of, print_summary, render_run, suite_and_sides
 def main(a: argparse.Namespace) -> int:
     suite, base, cand, overrides = suite_and_sides(a, tuple(a.fault))
     out = a.out or default_out(suite.name)
-    summary, code, path = run_suite(suite, base, cand, overrides, out,
-                                    save_reference=a.save_reference, isolation=isolation_of(a))
+    try:
+        summary, code, path = run_suite(suite, base, cand, overrides, out,
+                                        save_reference=a.save_reference,
+                                        isolation=isolation_of(a))
+    except RunInterrupted as e:         # the finished workloads are written: report them
+        render_run(e.path)
+        print_summary(e.summary, e.path, a.json)
+        left = e.summary["interrupted"]
+        print(f"mrbench: interrupted: the {len(left['finished'])} finished workloads are in "
+              f"{e.path}; {len(left['not_run'])} not run", file=sys.stderr)
+        return EXIT_INTERRUPTED
     render_run(path)
     print_summary(summary, path, a.json)
     if a.save_reference and not a.json:
