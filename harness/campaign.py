@@ -204,6 +204,17 @@ def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, dict]]:
     return runs
 
 
+def clean_runs_only(runs: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
+    """`runs` unchanged when none carries candidate faults; BadInput (one line) otherwise:
+    an A/A study (calibration, build order) takes no-change runs only, and a power study's
+    ruler runs are not that."""
+    faulted = [str(d) for d, s in runs if s.get("candidate_faults")]
+    if faulted:
+        raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
+                       f"an A/A study takes clean runs only")
+    return runs
+
+
 POWER_TARGET = 0.80       # the detection rate a minimum detectable effect must reach
 PROJECTED_SHIFTS = (0.02, 0.05, 0.076, 0.10, 0.15, 0.20, 0.30, 0.50)
 

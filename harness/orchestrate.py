@@ -117,6 +117,11 @@ class SessionCache:
         for side in list(self.open):
             self.discard(side)
 
+    def abandon_all(self) -> None:
+        """Forget the sessions without closing them: after an interrupt their engines were
+        killed with the pool (HostPool.kill_all), and a close would wait on a dead pipe."""
+        self.open.clear()
+
     def acquire(self, wanted: dict[str, tuple[Any, SideSpec, Any, Path]], prog
                 ) -> tuple[dict[str, Any], dict[str, Exception]]:
         """{side: (key, spec, options, log)} -> (sessions, {side: exception})."""
@@ -328,7 +333,7 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
         except KeyboardInterrupt:           # SIGINT, or SIGTERM (cli): keep what finished
             interrupted = _interrupted(current, finished, ordered, failures, prog)
             pool.kill_all()                 # a host may be mid-call: no polite close
-            cache.open.clear()
+            cache.abandon_all()
         cache.close_all()
         pool.shutdown()
         order = {w: i for i, (w, *_) in enumerate(plan)}        # report in the suite's order

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from mrbench.contract import BadInput
-from mrbench.harness.campaign import finished_runs
+from mrbench.harness.campaign import clean_runs_only, finished_runs
 from mrbench.harness.regate import first_waves
 from mrbench.harness.stats import mean_diff_welch
 from mrbench.harness.suite import load_suite
@@ -110,11 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         suite = load_suite(a.suite)
-        found = finished_runs(a.dirs, suite)
-        faulted = [str(d) for d, s in found if s.get("candidate_faults")]
-        if faulted:
-            raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
-                           f"an A/A study takes clean runs only")
+        found = clean_runs_only(finished_runs(a.dirs, suite))
         if a.waves is not None:
             found = [(d, first_waves(d, a.waves)) for d, _ in found]
         est = estimates(found)

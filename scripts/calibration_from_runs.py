@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from mrbench.contract import BadInput
-from mrbench.harness.campaign import aggregate_calibration, finished_runs
+from mrbench.harness.campaign import aggregate_calibration, clean_runs_only, finished_runs
 from mrbench.harness.commands.calibrate import print_calibration
 from mrbench.harness.regate import first_waves
 from mrbench.harness.suite import load_suite
@@ -34,11 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         suite = load_suite(a.suite)
-        found = finished_runs(a.dirs, suite)
-        faulted = [str(d) for d, s in found if s.get("candidate_faults")]
-        if faulted:                  # e.g. a power study's ruler runs: not no-change runs
-            raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
-                           f"an A/A study takes clean runs only")
+        found = clean_runs_only(finished_runs(a.dirs, suite))
         if a.waves is not None:
             found = [(d, first_waves(d, a.waves)) for d, _ in found]
     except BadInput as e:

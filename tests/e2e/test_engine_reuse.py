@@ -2,20 +2,11 @@
 on stderr, line by line, when stderr is a file (nightly logs)."""
 import json
 
+from support.suites import three_gsm8k
+
 from mrbench.harness.cli import main
 
-SUITE = """name: reuse
-workloads:
-  - id: a
-    workload: gsm8k
-    params: {limit: 2, max_num_seqs: 2, max_tokens: 16, profile_limit: 1}
-  - id: b
-    workload: gsm8k
-    params: {limit: 2, max_num_seqs: 3, max_tokens: 16, profile_limit: 1}
-  - id: c
-    workload: gsm8k
-    params: {limit: 3, seed: 1000003, max_num_seqs: 2, max_tokens: 16, profile_limit: 1}
-"""
+SUITE = three_gsm8k()
 
 
 def test_workloads_of_one_engine_shape_share_the_engines_and_progress_is_printed(

@@ -11,20 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.suites import three_gsm8k
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE = """name: three
-workloads:
-  - id: a
-    workload: gsm8k
-    params: {limit: 2, max_num_seqs: 2, max_tokens: 16, profile_limit: 1}
-  - id: b
-    workload: gsm8k
-    params: {limit: 2, max_num_seqs: 3, max_tokens: 16, profile_limit: 1}
-  - id: c
-    workload: gsm8k
-    params: {limit: 24, seed: 1000003, max_num_seqs: 2, max_tokens: 64, profile_limit: 1}
-"""
+SUITE = three_gsm8k(c_limit=24, c_max_tokens=64)   # c: long enough to interrupt
 
 
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])

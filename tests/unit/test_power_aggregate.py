@@ -179,9 +179,10 @@ def test_the_build_order_script_splits_a_a_runs_by_the_order_recorded(tmp_path, 
             run = tmp_path / "runs" / f"{o}{i}"
             run.mkdir(parents=True)
             (run / "summary.json").write_text(json.dumps(_summary([], [], d)))
-            iso = {} if i == 0 else {"build_first": "candidate" if o == "c" else "baseline"}
-            if o == "b" and i == 0:
+            if o == "b":
                 iso = {"build_first": "baseline"}
+            else:                                   # c0: a run from before the record
+                iso = {"build_first": "candidate"} if i else {}
             (run / "manifest.json").write_text(json.dumps({"isolation": iso}))
     png = tmp_path / "bo.png"
     assert script.main(["gpu-quick:gsm8k", str(tmp_path / "runs"), "--plot", str(png)]) == 0
