@@ -6,6 +6,7 @@ recorded as a failure; the other workloads still run and report.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -20,6 +21,7 @@ from mrbench.workloads import get_workload
 
 from . import progress, references
 from .collectors.agreement import first_divergence
+from .compile_cache import counting_writes, describe
 from .compare import compare, latency_summary
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, RunInterrupted
 from .execute import InterleavedDriver, describe_failure
@@ -62,6 +64,7 @@ def _failure(workload: str, side: str, e: Exception) -> dict:
 
 
 SIDES = ("baseline", "candidate")
+COLD_ENGINES = ("auto", "rebuild", "keep")
 
 
 @dataclass
@@ -73,12 +76,25 @@ class Isolation:
     each of them asks its engine for an equal share); and whose engine is built first
     (`--build-first`): the candidate's by default, so that a candidate that cannot start
     costs no baseline start. The other order is the control for a bias that follows build
-    order rather than the runner: an A/A run should not move with it."""
+    order rather than the runner: an A/A run should not move with it. And what becomes of
+    an engine whose start compiled kernels (`--cold-engines`, harness.compile_cache):
+    `rebuild` starts it again in a new process before it is measured, `keep` measures it
+    as it is, `auto` (the default) rebuilds on CUDA, where a process that compiled its
+    kernels was measured to run its host work slower, and keeps on CPU, where that was
+    not measured and a vLLM start costs CI tens of seconds."""
 
     in_process: bool = False
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     gpu_memory_utilization: float = 0.85
     build_first: str = "candidate"
+    cold_engines: str = "auto"
+
+    def resolved_for(self, devices: set[str]) -> "Isolation":
+        """This isolation with `cold_engines` "auto" decided for the sides' devices."""
+        if self.cold_engines != "auto":
+            return self
+        cuda = any(d.startswith("cuda") for d in devices)
+        return replace(self, cold_engines="rebuild" if cuda else "keep")
 
     @property
     def open_order(self) -> tuple[str, ...]:
@@ -101,6 +117,12 @@ class SessionCache:
     def __init__(self, iso: Isolation, pool: HostPool) -> None:
         self.iso, self.pool = iso, pool
         self.open: dict[str, tuple[Any, Any, Path]] = {}     # side -> (key, session, log)
+        # side -> how its open session's engine started: what the start wrote to the
+        # kernel-compile caches, its process, and the start it replaced if it was rebuilt
+        self.starts: dict[str, dict] = {}
+        # False once a rebuilt engine's start wrote to the caches again (a cache that does
+        # not keep, or a tool that writes at every start): rebuilding then buys nothing
+        self.rebuild_helps = True
 
     def log(self, side: str) -> Path | None:
         return self.open[side][2] if side in self.open else None
@@ -140,10 +162,11 @@ class SessionCache:
             prog.side(side, "starting engine")
             t0 = time.perf_counter()
             try:
-                if self.iso.in_process:
-                    sess = get_target(spec.target).open(spec, options)
-                else:
-                    sess = self.pool.open(side, spec.target, spec, options, log)
+                sess, start = self._start(side, spec, options, log)
+                if (start["compile_cache_writes"] and self.iso.cold_engines == "rebuild"
+                        and self.rebuild_helps):
+                    sess, start = self._rebuild(side, sess, start, spec, options, log, prog,
+                                                time.perf_counter() - t0)
             except Exception as e:
                 errors[side] = e
                 prog.side(side, f"engine did not start after {time.perf_counter() - t0:.1f} s")
@@ -152,8 +175,43 @@ class SessionCache:
                 continue
             prog.side(side, f"engine ready in {time.perf_counter() - t0:.1f} s")
             self.open[side] = (key, sess, log)
+            self.starts[side] = start
             sessions[side] = sess
         return sessions, errors
+
+    def _start(self, side: str, spec: SideSpec, options: Any, log: Path) -> tuple[Any, dict]:
+        """Open one side's engine: (session, how it started)."""
+        if self.iso.in_process:
+            sess, writes = counting_writes(lambda: get_target(spec.target).open(spec, options))
+            return sess, dict(compile_cache_writes=writes, pid=os.getpid())
+        sess = self.pool.open(side, spec.target, spec, options, log)
+        return sess, dict(compile_cache_writes=sess.compile_cache_writes, pid=sess.pid)
+
+    def _rebuild(self, side: str, sess: Any, start: dict, spec: SideSpec, options: Any,
+                 log: Path, prog: Progress, took_s: float) -> tuple[Any, dict]:
+        """An engine whose start compiled kernels, started again in a new process that
+        loads them from the cache (harness.compile_cache says why). Once: a start that
+        still writes is measured as it is, recorded, and ends rebuilding for this run."""
+        first = dict(start, start_s=round(took_s, 3))
+        if self.iso.in_process:
+            prog.side(side, f"engine compiled kernels as it started "
+                      f"({describe(first['compile_cache_writes'])}); measured as it is "
+                      "(--in-process has no other process to start it in)")
+            return sess, dict(start, not_rebuilt="--in-process")
+        prog.side(side, f"engine compiled kernels as it started "
+                  f"({describe(first['compile_cache_writes'])}, {took_s:.1f} s): starting it "
+                  "again in a new process, to measure it with its kernels loaded from the cache")
+        try:
+            sess.close()
+        finally:
+            self.pool.retire(side)
+        sess, again = self._start(side, spec, options, log)
+        if again["compile_cache_writes"]:
+            self.rebuild_helps = False
+            prog.side(side, f"its new start wrote again "
+                      f"({describe(again['compile_cache_writes'])}): measured as it is; no "
+                      "more rebuilds in this run")
+        return sess, dict(again, rebuilt_after=first)
 
 
 def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]:
@@ -218,6 +276,10 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
     if iso.build_first not in SIDES:
         raise BadInput(f"--build-first must be one of {', '.join(SIDES)}, got "
                        f"{iso.build_first!r}")
+    if iso.cold_engines not in COLD_ENGINES:
+        raise BadInput(f"--cold-engines must be one of {', '.join(COLD_ENGINES)}, got "
+                       f"{iso.cold_engines!r}")
+    iso = iso.resolved_for({base.device, cand.device})
     targets = {s.target: get_target(s.target) for s in (base, cand)}
     if save_reference and (cand.faults or base.faults):
         raise BadInput("--save-reference stores known-good counts: it cannot run with --fault")
@@ -314,6 +376,7 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                         row["first_divergence"] = first_divergence(b, c)
                         row["agrees"] = row["first_divergence"] == -1
                 for side, res in results.items():
+                    res.resolved = dict(res.resolved, engine_start=cache.starts.get(side))
                     writer.add_side(wid, side, res)
                     resolved.setdefault(wid, {})[side] = res.resolved
                     metrics.setdefault(wid, {})[side] = latency_summary(res)

