@@ -5,8 +5,8 @@ On the H100 and H200 (bundled V2, Triton kernels, 2026-11-26) the side whose eng
 compiled its kernels at start, because the cache was cold, spent ~10 % more host time
 between steps for its whole life (the median gap from one step's end to the next step's
 start, 0.15 ms a step) than the same engine loading them from the cache, while its step
-time moved ~1 %. Three cold starts gave +9.0 %, +10.4 % (the candidate compiled) and
--9.5 % (the baseline did); eleven warm A/A runs stayed within +-2 %. That moved median
+time moved ~1 %. Three cold starts gave +9.4 %, +9.3 % (the candidate compiled) and
+-7.7 % (the baseline did); ten warm A/A runs stayed within +-2 %. That moved median
 TPOT by +2.5-3 %, at the gpu-quick bar of +3 %: the first run on a fresh machine raised
 two of the H100's three median-TPOT false alarms. The engine built first is the one that
 compiles, so the bias follows build order and cache state, not the runner
