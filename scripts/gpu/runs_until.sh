@@ -13,9 +13,16 @@
 #   SECONDS   the call's budget: after the first run, none starts unless the last run's
 #             time (x 1.1) still fits
 #   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6), each optionally
-#             with `@baseline`: that run builds the baseline's engine first (--build-first
-#             baseline; the run is named ...-clean-bfirst): e.g. clean,clean@baseline is an
-#             A/A study of build order
+#             with one of
+#             `@baseline`: that run builds the baseline's engine first (--build-first
+#               baseline; the run is named ...-clean-bfirst): e.g. clean,clean@baseline is
+#               an A/A study of build order;
+#             `@cold`: that run gets an empty Triton cache of its own (TRITON_CACHE_DIR), so
+#               its first engine compiles as on a fresh machine, and the harness rebuilds it
+#               (the CUDA default; ...-clean-cold);
+#             `@cold-keep`: the same with --cold-engines keep, so the engine that compiled
+#               is measured (...-clean-coldkeep): clean@cold-keep,clean@cold shows the
+#               cold-compile bias and its fix (scripts/host_gap_from_runs.py reads them)
 # Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5),
 #   RUN_ARGS (more `mrbench run` flags, split on spaces: e.g. "--limit 3072" for 192
 #   waves of the gsm8k entry, to measure what more waves buy without editing the suite),
@@ -37,9 +44,9 @@ tag=${2:?TAG}
 budget=${3:?SECONDS}
 IFS=, read -ra settings <<< "${4:-clean,7.6}"
 for s in "${settings[@]}"; do
-  [[ $s =~ ^(clean|[0-9]+([.][0-9]+)?)(@baseline)?$ ]] || {
+  [[ $s =~ ^(clean|[0-9]+([.][0-9]+)?)(@baseline|@cold|@cold-keep)?$ ]] || {
     echo "runs_until.sh: setting '$s' is neither 'clean' nor a slow-step PCT" \
-      "(either with @baseline or not)"; exit 2; }
+      "(either with @baseline, @cold or @cold-keep, or not)"; exit 2; }
 done
 py=${PYTHON:-python3}
 entry=${ENTRY:-gpu-quick:gsm8k}
@@ -66,14 +73,19 @@ while :; do
     break
   fi
   s=${settings[$(( i % ${#settings[@]} ))]}
-  name=$(printf '%s-%02d-%s' "$tag" "$i" "${s/@baseline/-bfirst}")
-  fault=() order=()
-  [[ $s == *@baseline ]] && order=(--build-first baseline)
-  s=${s%@baseline}
+  suffix=${s#*@}; [[ $s == *@* ]] || suffix=
+  case $suffix in baseline) tail=-bfirst ;; cold) tail=-cold ;; cold-keep) tail=-coldkeep ;;
+                  *) tail= ;; esac
+  s=${s%%@*}
+  name=$(printf '%s-%02d-%s%s' "$tag" "$i" "$s" "$tail")
+  fault=() iso=() cold=()
+  [[ $suffix == baseline ]] && iso=(--build-first baseline)
+  [[ $suffix == cold-keep ]] && iso=(--cold-engines keep)
+  [[ $suffix == cold* ]] && cold=(env "TRITON_CACHE_DIR=$runs/$name.triton")
   [[ $s != clean ]] && fault=(--fault "slow-step:$s")
   t0=$SECONDS
   echo "$name: started at ${used} s" | tee -a "$out/log.txt"
-  $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" "${order[@]}" \
+  "${cold[@]}" $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" "${iso[@]}" \
       --device "${DEVICE:-cuda}" "${pin[@]}" "${extra[@]}" --out "$runs/$name" \
       > "$runs/$name.stdout" 2> "$runs/$name.stderr"
   rc=$?

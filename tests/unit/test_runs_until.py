@@ -20,6 +20,7 @@ SCRIPT = ROOT / "scripts" / "gpu" / "runs_until.sh"
 FAKE_PYTHON = """#!/usr/bin/env bash
 [[ $1 == -c ]] && exit 0                       # the script's `import pydantic` probe
 echo "ARGS: $*"
+echo "TRITON_CACHE_DIR: ${TRITON_CACHE_DIR:-unset}"
 [[ $* == *--bogus* ]] && { echo "mrbench run: unrecognized arguments: --bogus" >&2; exit 2; }
 exit 0
 """
@@ -77,3 +78,22 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, settings: str) -> 
     assert res.returncode == 2
     assert res.stdout.count("\n") == 1 and "neither 'clean' nor a slow-step PCT" in res.stdout
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_cold_settings_give_a_run_an_empty_triton_cache_and_keep_or_rebuild(tmp_path: Path
+                                                                            ) -> None:
+    """clean@cold-keep measures the engine that compiled, clean@cold lets the harness
+    rebuild it: each gets a Triton cache of its own, the others the machine's."""
+    res = _run(tmp_path, "c", "0", "clean@cold-keep,clean@cold,clean", FIRST="0")
+    assert res.returncode == 0, res.stderr
+    keep = _argv(tmp_path, "c-00-clean-coldkeep")
+    assert "--cold-engines keep" in keep
+    assert f"TRITON_CACHE_DIR: {tmp_path / 'runs' / 'c-00-clean-coldkeep.triton'}" in keep
+    res = _run(tmp_path, "c", "0", "clean@cold-keep,clean@cold,clean", FIRST="1")
+    cold = _argv(tmp_path, "c-01-clean-cold")
+    assert "--cold-engines" not in cold and "c-01-clean-cold.triton" in cold
+    res = _run(tmp_path, "c", "0", "clean@cold-keep,clean@cold,clean", FIRST="2")
+    plain = _argv(tmp_path, "c-02-clean")
+    assert "--cold-engines" not in plain and "--build-first" not in plain
+    assert f"TRITON_CACHE_DIR: {os.environ.get('TRITON_CACHE_DIR', 'unset')}" in plain
+    assert _run(tmp_path, "d", "0", "clean@hot").returncode == 2
