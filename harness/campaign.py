@@ -28,7 +28,7 @@ from mrbench.contract import BadInput
 from . import formatting, stats
 from .compare import LATENCY_SOURCES
 from .orchestrate import Isolation, Overrides, run_suite
-from .results import check_out, environment, write_json
+from .results import RESULTS_FORMAT, check_out, environment, write_json
 from .suite import Suite, Thresholds
 from .targets.base import SideSpec
 
@@ -79,6 +79,7 @@ def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]],
     camp = _Campaign(out, isolation)
     try:
         filename, payload = body(camp)
+        payload = dict(payload, results_format=RESULTS_FORMAT)   # read back by read_campaign
         return payload, camp.commit(filename, payload)
     except BaseException:
         camp.abandon()

@@ -1,12 +1,13 @@
 """Markdown for CI job summaries: a run's verdict table, or a fault catch matrix."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from mrbench.contract import BadInput
 
 from .campaign import fault_status
 from .formatting import fmt_num, fmt_p
-from .results import read_run
+from .results import read_campaign, read_run
 
 
 def run_markdown(run_dir: Path) -> str:
@@ -33,7 +34,10 @@ def run_markdown(run_dir: Path) -> str:
 
 
 def faults_markdown(camp_dir: Path) -> str:
-    res = json.loads((camp_dir / "faults.json").read_text())
+    res = read_campaign(camp_dir, "faults.json")
+    if not isinstance(res.get("clean"), dict) or not isinstance(res.get("faults"), dict):
+        raise BadInput(f"{camp_dir}: faults.json is not a fault matrix (no 'clean' and "
+                       "'faults')")
     c = res["clean"]
     lines = [f"### mrbench faults {res['suite']}", "",
              f"clean run: **{c['verdict']}**, {c['false_alarms']} false alarms"

@@ -176,7 +176,8 @@ def _read_json(path: Path, run_dir: Path) -> Any:
     except FileNotFoundError:
         raise BadInput(f"{run_dir} is not a results directory (no {path.name})") from None
     except json.JSONDecodeError as e:
-        raise BadInput(f"{run_dir}: corrupt JSON ({e.msg} at line {e.lineno})") from None
+        raise BadInput(f"{run_dir}: corrupt JSON in {path.name} ({e.msg} at line "
+                       f"{e.lineno})") from None
 
 
 def read_manifest(run_dir: Path) -> dict:
@@ -190,6 +191,19 @@ def read_manifest(run_dir: Path) -> dict:
         raise BadInput(f"{run_dir}: manifest.json is not a JSON object")
     check_format(manifest, run_dir)
     return manifest
+
+
+def read_campaign(camp_dir: Path, filename: str) -> dict:
+    """A campaign's result (faults.json, calibration.json or power.json), its format
+    checked; BadInput naming what is wrong (no such file, corrupt JSON, not an object, a
+    newer format). A result without `results_format` is format 1 (written before the
+    field)."""
+    camp_dir = Path(camp_dir)
+    res = _read_json(camp_dir / filename, camp_dir)
+    if not isinstance(res, dict):
+        raise BadInput(f"{camp_dir}: {filename} is not a JSON object")
+    check_format(res, camp_dir)
+    return res
 
 
 def read_run(run_dir: Path) -> tuple[dict, dict]:

@@ -174,3 +174,26 @@ def test_an_unreadable_table_is_one_line_for_compare_and_a_skipped_plot_for_repo
     assert f"{run / 'requests.csv'}: unreadable table" in line
     assert render_report(run).is_file()            # the report is still written, and says why
     assert "requests.csv: unreadable table" in caplog.text
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{bad", "corrupt JSON in faults.json"),
+    ("[1]", "faults.json is not a JSON object"),
+    (json.dumps({"results_format": NEWER, "clean": {}, "faults": {}}),
+     f"results format {NEWER} is newer than this mrbench reads"),
+    (json.dumps({"suite": "quick"}), "faults.json is not a fault matrix"),
+])
+def test_a_bad_faults_json_is_one_line_for_report_markdown(tmp_path, capsys, text, words):
+    (tmp_path / "faults.json").write_text(text)
+    code, out, err = run_cli(["report", "--markdown", tmp_path], capsys)
+    assert words in one_error_line(code, err) and not out
+
+
+def test_a_campaigns_result_is_stamped_with_the_format(tmp_path):
+    """faults.json, calibration.json and power.json carry results_format like a manifest,
+    so a reader can refuse a newer one (read_campaign)."""
+    from mrbench.harness.campaign import _guarded
+    from mrbench.harness.results import read_campaign
+    res, path = _guarded(tmp_path / "camp", lambda camp: ("power.json", {"suite": "s"}))
+    assert res["results_format"] == RESULTS_FORMAT
+    assert read_campaign(path, "power.json") == res
