@@ -82,7 +82,9 @@ def counting_writes(start: Callable[[], T]) -> tuple[T, dict[str, int]]:
 
 
 def describe(writes: dict[str, Any]) -> str:
-    """"12 files in the triton cache" / "nothing" for a progress line or a report."""
+    """"12 files in the triton cache, 1 file in the vllm cache" / "nothing", for a
+    progress line or a report."""
     if not writes:
         return "nothing"
-    return ", ".join(f"{n} files in the {k} cache" for k, n in sorted(writes.items()))
+    return ", ".join(f"{n} file{'s' * (n != 1)} in the {k} cache"
+                     for k, n in sorted(writes.items()))

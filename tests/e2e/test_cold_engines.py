@@ -55,9 +55,9 @@ def test_an_engine_that_compiled_at_start_is_measured_in_a_new_process(caches, c
         assert "rebuilt_after" not in res[wid]["baseline"]["engine_start"]
     assert res["c"]["candidate"]["engine_start"] == res["a"]["candidate"]["engine_start"]  # reused
     rebuilds = [ln for ln in err.splitlines() if "starting it again in a new process" in ln]
-    assert len(rebuilds) == 2 and all("candidate" in ln and "1 files in the triton cache" in ln
+    assert len(rebuilds) == 2 and all("candidate" in ln and "1 file in the triton cache" in ln
                                       for ln in rebuilds)
-    assert "in a new process after a start that compiled (1 files in the triton cache)" in html
+    assert "in a new process after a start that compiled (1 file in the triton cache)" in html
 
 
 def test_keep_measures_the_engine_that_compiled_and_records_it(caches, capsys):
@@ -72,7 +72,7 @@ def test_keep_measures_the_engine_that_compiled_and_records_it(caches, capsys):
         assert base["engine_start"]["compile_cache_writes"] == {}
         assert base["compiled_in_process"] == []
     assert "starting it again" not in err
-    assert "compiled (1 files in the triton cache)" in html and "loaded from the caches" in html
+    assert "compiled (1 file in the triton cache)" in html and "loaded from the caches" in html
 
 
 def test_a_rebuild_whose_start_writes_again_ends_rebuilding_for_the_run(caches, capsys,

@@ -43,6 +43,7 @@ def test_a_start_that_adds_files_is_seen_and_one_that_reads_is_not(tmp_path):
     assert cc.describe({"triton": 2, "inductor": 5}) == \
         "5 files in the inductor cache, 2 files in the triton cache"
     assert cc.describe({}) == "nothing"
+    assert cc.describe({"vllm": 1}) == "1 file in the vllm cache"
 
 
 def test_counting_writes_wraps_a_start(monkeypatch, tmp_path):
