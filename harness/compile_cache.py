@@ -10,7 +10,9 @@ time moved ~1 %. Three cold starts gave +9.4 %, +9.3 % (the candidate compiled) 
 TPOT by +2.5-3 %, at the gpu-quick bar of +3 %: the first run on a fresh machine raised
 two of the H100's three median-TPOT false alarms. The engine built first is the one that
 compiles, so the bias follows build order and cache state, not the runner
-(docs/detection-power.md, "A cold compile cache").
+(docs/detection-power.md, "A cold compile cache"). On CPU the same shows in the step
+(+6.3 %, 8 of 8 rounds, scripts/cold_compile_probe.py) and goes away when the compile runs in
+a worker thread: the compiler's allocations leave the main thread's malloc arena slower.
 
 So the harness looks at the caches an engine start can write to, before and after it
 starts: a start that added files compiled something. `orchestrate.SessionCache` then ends
