@@ -21,8 +21,8 @@ from mrbench.workloads import get_workload
 
 from . import progress, references
 from .collectors.agreement import first_divergence
-from .compile_cache import counting_writes, describe
 from .compare import compare, latency_summary
+from .compile_cache import counting_writes, describe
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, RunInterrupted
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress

@@ -36,6 +36,10 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
+import numpy as np
+
+from mrbench.harness.stats import hodges_lehmann_ci_signed_rank, sign_test_exact
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("cold", "warm", "thread")
 
@@ -125,8 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.rounds < 2 or a.seconds <= 0:
         print("cold_compile_probe: --rounds must be >= 2 and --seconds > 0", file=sys.stderr)
         return 2
-    from mrbench.harness.stats import hodges_lehmann_ci_signed_rank, sign_test_exact
-    import numpy as np
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = _tiny_model(tmp / "model")

@@ -7,9 +7,8 @@ The "jitcache" test target keeps a kernel per engine shape under TRITON_CACHE_DI
 Triton's file cache does, and says which kernels its process compiled itself."""
 import json
 
-import support.jit_cache  # noqa: F401  (registers the "jitcache" target in this process)
 import pytest
-
+import support.jit_cache  # noqa: F401  (registers the "jitcache" target in this process)
 from support.suites import three_gsm8k
 
 from mrbench.harness.cli import main
