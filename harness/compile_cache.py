@@ -83,10 +83,25 @@ def counting_writes(start: Callable[[], T]) -> tuple[T, dict[str, int]]:
     return out, new_files(before, file_counts(dirs))
 
 
-def describe(writes: dict[str, Any]) -> str:
+def describe(writes: dict[str, int]) -> str:
     """"12 files in the triton cache, 1 file in the vllm cache" / "nothing", for a
     progress line or a report."""
     if not writes:
         return "nothing"
     return ", ".join(f"{n} file{'s' * (n != 1)} in the {k} cache"
                      for k, n in sorted(writes.items()))
+
+
+def describe_start(start: Any) -> str:
+    """A recorded engine start (`engine_start` in a manifest) for people: whether the
+    measured engine compiled or loaded its kernels, and whether it replaced a start that
+    compiled; "?" for a run recorded before engine starts were."""
+    if not isinstance(start, dict):
+        return "?"
+    writes = start.get("compile_cache_writes") or {}
+    now = f"compiled ({describe(writes)})" if writes else "loaded from the caches"
+    first = start.get("rebuilt_after")
+    if isinstance(first, dict):
+        return (f"{now}, in a new process after a start that compiled "
+                f"({describe(first.get('compile_cache_writes') or {})})")
+    return now

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .compile_cache import describe
+from .compile_cache import describe_start
 from .formatting import as_float, fmt_ci, fmt_num, fmt_p, is_missing
 from .html import environment, fig_to_data_uri, write_atomic
 from .results import UnreadableTable, check_format, read_table
@@ -434,21 +434,6 @@ RAN_FIELDS = (("engine", "engine"), ("runner_class", "runner class"),
               ("startup_s", "engine start (s)"), ("kernels", "kernels at start"))
 
 
-def _kernels_of(r: dict) -> str:
-    """Whether the measured engine's start compiled kernels or loaded them from the
-    caches, and whether it replaced a start that compiled (harness.compile_cache)."""
-    start = r.get("engine_start")
-    if not isinstance(start, dict):
-        return "-"
-    writes = start.get("compile_cache_writes") or {}
-    now = f"compiled ({describe(writes)})" if writes else "loaded from the caches"
-    first = start.get("rebuilt_after")
-    if isinstance(first, dict):
-        return (f"{now}, in a new process after a start that compiled "
-                f"({describe(first.get('compile_cache_writes') or {})})")
-    return now
-
-
 def _engine_of(r: dict) -> str:
     if r.get("engine_name"):
         return str(r["engine_name"])
@@ -473,7 +458,8 @@ def _what_ran(manifest: Any) -> list[dict]:
                 continue
             vals = dict(r, engine=_engine_of(r),
                         faults=", ".join(r.get("faults") or []) or "none",
-                        startup_s=fmt_num(r.get("startup_s"), sig=3), kernels=_kernels_of(r))
+                        startup_s=fmt_num(r.get("startup_s"), sig=3),
+                        kernels=describe_start(r.get("engine_start")))
             for k, _ in RAN_FIELDS:
                 v = str(vals.get(k) if vals.get(k) not in (None, "") else "-")
                 if v not in seen[k]:

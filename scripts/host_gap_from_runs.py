@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from mrbench.contract import BadInput
-from mrbench.harness.compile_cache import describe
+from mrbench.harness.compile_cache import describe_start
 from mrbench.harness.results import read_table
 from mrbench.harness.stats import hodges_lehmann_ci_signed_rank
 
@@ -67,11 +67,8 @@ def engine_starts(run: Path, workload: str) -> str:
     parts = []
     for side in SIDES:
         r = resolved.get(workload, {}).get(side) or {}
-        start = r.get("engine_start")
-        wrote = "?" if not isinstance(start, dict) else describe(start["compile_cache_writes"])
-        if isinstance(start, dict) and start.get("rebuilt_after"):
-            wrote += f"; rebuilt after {describe(start['rebuilt_after']['compile_cache_writes'])}"
-        parts.append(f"{side[:4]} {r.get('startup_s', '?')} s ({wrote})")
+        parts.append(f"{side[:4]} {r.get('startup_s', '?')} s "
+                     f"({describe_start(r.get('engine_start'))})")
     return ", ".join(parts)
 
 

@@ -58,3 +58,14 @@ def test_counting_writes_wraps_a_start(monkeypatch, tmp_path):
 
     assert cc.counting_writes(start) == (7, {"vllm": 1})
     assert cc.counting_writes(lambda: 8) == (8, {})
+
+
+def test_a_recorded_start_reads_as_compiled_loaded_or_rebuilt():
+    assert cc.describe_start(None) == "?"
+    assert cc.describe_start({"compile_cache_writes": {}}) == "loaded from the caches"
+    assert cc.describe_start({"compile_cache_writes": {"triton": 3}}) == \
+        "compiled (3 files in the triton cache)"
+    assert cc.describe_start({"compile_cache_writes": {}, "rebuilt_after": {
+        "compile_cache_writes": {"inductor": 54}}}) == \
+        "loaded from the caches, in a new process after a start that compiled " \
+        "(54 files in the inductor cache)"

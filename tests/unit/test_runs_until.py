@@ -89,10 +89,12 @@ def test_cold_settings_give_a_run_an_empty_triton_cache_and_keep_or_rebuild(tmp_
     keep = _argv(tmp_path, "c-00-clean-coldkeep")
     assert "--cold-engines keep" in keep
     assert f"TRITON_CACHE_DIR: {tmp_path / 'runs' / 'c-00-clean-coldkeep.triton'}" in keep
-    res = _run(tmp_path, "c", "0", "clean@cold-keep,clean@cold,clean", FIRST="1")
+    assert _run(tmp_path, "c", "0", "clean@cold-keep,clean@cold,clean",
+                FIRST="1").returncode == 0
     cold = _argv(tmp_path, "c-01-clean-cold")
     assert "--cold-engines" not in cold and "c-01-clean-cold.triton" in cold
-    res = _run(tmp_path, "c", "0", "clean@cold-keep,clean@cold,clean", FIRST="2")
+    assert _run(tmp_path, "c", "0", "clean@cold-keep,clean@cold,clean",
+                FIRST="2").returncode == 0
     plain = _argv(tmp_path, "c-02-clean")
     assert "--cold-engines" not in plain and "--build-first" not in plain
     assert f"TRITON_CACHE_DIR: {os.environ.get('TRITON_CACHE_DIR', 'unset')}" in plain
