@@ -25,7 +25,7 @@ from scipy.stats import norm
 
 from mrbench.contract import BadInput
 
-from . import formatting, stats
+from . import formatting, interrupts, stats
 from .compare import LATENCY_SOURCES
 from .orchestrate import Isolation, Overrides, run_suite
 from .results import RESULTS_FORMAT, check_out, environment, write_json
@@ -61,6 +61,8 @@ class _Campaign:
             overrides: Overrides, log=None) -> tuple[dict, int]:
         summary, code, _ = run_suite(suite, base, cand, overrides, self.tmp / name, log,
                                      isolation=self.isolation)
+        if interrupts.caught():        # held while that run was written: it stops the campaign
+            raise KeyboardInterrupt(interrupts.caught())
         return summary, code
 
     def commit(self, filename: str, payload: dict) -> Path:

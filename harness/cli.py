@@ -6,14 +6,15 @@ Exit codes: 0 pass, 1 regression, 2 bad input, 3 a run failed.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from . import targets  # noqa: F401  (registers the targets, plugins of MRBENCH_TARGET_MODULES too)
+from . import (
+    interrupts,
+    targets,  # noqa: F401  (registers the targets, plugins of MRBENCH_TARGET_MODULES too)
+)
 from .commands import calibrate, compare, faults, history, import_bench, power, report, run, steps
 from .commands import list as list_
 from .commands.common import run_options
@@ -135,27 +136,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
-    """The CLI. SIGTERM (a CI job's or a scheduler's time limit) is taken as SIGINT while it
-    runs, so a run stopped either way writes what finished (errors.RunInterrupted)."""
-    on_main = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _interrupt) if on_main else None
-    try:
-        a = _parser().parse_args(argv)
-        return COMMANDS[a.cmd](a)
-    except BadInput as e:
-        print(f"mrbench: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("mrbench: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        if on_main and old_term is not None:     # None: a handler not set from Python
-            signal.signal(signal.SIGTERM, old_term)
+    """The CLI. SIGINT and SIGTERM (a CI job's or a scheduler's time limit) end a command
+    with exit 130 whatever the process inherited (harness.interrupts says why); a run so
+    stopped writes what finished (errors.RunInterrupted)."""
+    with interrupts.installed():
+        try:
+            a = _parser().parse_args(argv)
+            return COMMANDS[a.cmd](a)
+        except BadInput as e:
+            print(f"mrbench: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except KeyboardInterrupt:
+            print("mrbench: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

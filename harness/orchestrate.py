@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
 
-from . import progress, references
+from . import interrupts, progress, references
 from .collectors.agreement import first_divergence
 from .compare import compare, latency_summary
 from .compile_cache import counting_writes, describe
@@ -394,42 +394,49 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                                                               else ", no regression"))
                 finished.append(wid)
         except KeyboardInterrupt:           # SIGINT, or SIGTERM (cli): keep what finished
-            interrupted = _interrupted(current, finished, ordered, failures, prog)
-            pool.kill_all()                 # a host may be mid-call: no polite close
-            cache.abandon_all()
-        cache.close_all()
-        pool.shutdown()
-        order = {w: i for i, (w, *_) in enumerate(plan)}        # report in the suite's order
-        checks.sort(key=lambda c: order.get(c["workload"], len(order)))
-        for f in sorted(logs.iterdir()):
-            writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
-        shutil.rmtree(logs, ignore_errors=True)
-        verdict, code = overall_verdict(checks, failures)
-        prog.line(f"{suite.name}: verdict {verdict} in {time.time() - t_start:.0f} s")
-    target_name = base.target if base.target == cand.target else f"{cand.target}~{base.target}"
-    summary = dict(verdict=verdict, suite=suite.name, target=target_name,
-                   baseline=side_label(base, cand), candidate=side_label(cand, base),
-                   candidate_faults=list(cand.faults), checks=checks, failures=failures,
-                   unsupported=unsupported,
-                   metrics=metrics, wall_s=round(time.time() - t_start, 2))
-    if interrupted:
-        summary["interrupted"] = interrupted
-    manifest = dict(environment(), suite=suite.model_dump(), target=target_name,
-                    isolation=asdict(iso),
-                    sides=dict(baseline=asdict(base), candidate=asdict(cand)),
-                    seeds=dict(engine=dict(baseline=base.seed, candidate=cand.seed),
-                               workloads={w: getattr(p, "seed", None) for w, _, _, p, _ in plan}),
-                    workloads={w: dict(workload=e.workload, entry=e.id, params=p.model_dump(),
-                                       source=wl.source(p),
-                                       items=len(items)) for w, e, wl, p, items in plan},
-                    resolved=resolved)
-    path = writer.commit(manifest, summary)
-    if interrupted:
-        raise RunInterrupted(summary, path)
-    if save_reference and not failures:     # a side that failed has nothing to keep
-        for side in ("baseline", "candidate"):
-            sha = manifest.get("git_sha")
-            first = next(iter(saved[side]))
-            references.save(resolved[first][side],
-                            {w: dict(e, git_sha=sha) for w, e in saved[side].items()})
-    return summary, code, path
+            with interrupts.held():         # a second signal does not cut the cleanup short
+                interrupted = _interrupted(current, finished, ordered, failures, prog)
+                pool.kill_all()             # a host may be mid-call: no polite close
+                cache.abandon_all()
+        # From here the run is written whole: a signal is recorded (interrupts.caught), and
+        # the command ends with 130 once the results are committed, saying they are complete.
+        with interrupts.held():
+            cache.close_all()
+            pool.shutdown()
+            order = {w: i for i, (w, *_) in enumerate(plan)}    # report in the suite's order
+            checks.sort(key=lambda c: order.get(c["workload"], len(order)))
+            for f in sorted(logs.iterdir()):
+                writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
+            shutil.rmtree(logs, ignore_errors=True)
+            verdict, code = overall_verdict(checks, failures)
+            prog.line(f"{suite.name}: verdict {verdict} in {time.time() - t_start:.0f} s")
+            target_name = (base.target if base.target == cand.target
+                           else f"{cand.target}~{base.target}")
+            summary = dict(verdict=verdict, suite=suite.name, target=target_name,
+                           baseline=side_label(base, cand), candidate=side_label(cand, base),
+                           candidate_faults=list(cand.faults), checks=checks, failures=failures,
+                           unsupported=unsupported,
+                           metrics=metrics, wall_s=round(time.time() - t_start, 2))
+            if interrupted:
+                summary["interrupted"] = interrupted
+            seeds = dict(engine=dict(baseline=base.seed, candidate=cand.seed),
+                         workloads={w: getattr(p, "seed", None) for w, _, _, p, _ in plan})
+            manifest = dict(environment(), suite=suite.model_dump(), target=target_name,
+                            isolation=asdict(iso),
+                            sides=dict(baseline=asdict(base), candidate=asdict(cand)),
+                            seeds=seeds,
+                            workloads={w: dict(workload=e.workload, entry=e.id,
+                                               params=p.model_dump(), source=wl.source(p),
+                                               items=len(items))
+                                       for w, e, wl, p, items in plan},
+                            resolved=resolved)
+            path = writer.commit(manifest, summary)
+            if interrupted:
+                raise RunInterrupted(summary, path)
+            if save_reference and not failures:     # a side that failed has nothing to keep
+                for side in ("baseline", "candidate"):
+                    sha = manifest.get("git_sha")
+                    first = next(iter(saved[side]))
+                    references.save(resolved[first][side],
+                                    {w: dict(e, git_sha=sha) for w, e in saved[side].items()})
+            return summary, code, path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import interrupts
 from ..errors import EXIT_INTERRUPTED, RunInterrupted
 from ..orchestrate import run_suite
 from ..results import default_out
@@ -19,15 +20,22 @@ def main(a: argparse.Namespace) -> int:
                                         save_reference=a.save_reference,
                                         isolation=isolation_of(a))
     except RunInterrupted as e:         # the finished workloads are written: report them
-        render_run(e.path)
-        print_summary(e.summary, e.path, a.json)
+        with interrupts.held():
+            render_run(e.path)
+            print_summary(e.summary, e.path, a.json)
         left = e.summary["interrupted"]
         print(f"mrbench: interrupted: the {len(left['finished'])} finished workloads are in "
               f"{e.path}; {len(left['not_run'])} not run", file=sys.stderr)
         return EXIT_INTERRUPTED
-    render_run(path)
-    print_summary(summary, path, a.json)
-    if a.save_reference and not a.json:
-        print("references: " + ("not saved (a side failed)" if summary["failures"] else
-                                "saved under results/baselines/op-counts/"))
+    with interrupts.held():             # a signal now is recorded: the report is written whole
+        render_run(path)
+        print_summary(summary, path, a.json)
+        if a.save_reference and not a.json:
+            print("references: " + ("not saved (a side failed)" if summary["failures"] else
+                                    "saved under results/baselines/op-counts/"))
+    late = interrupts.caught()
+    if late:                            # it came after the last workload: nothing was lost
+        print(f"mrbench: interrupted ({late}) after every workload finished: the results in "
+              f"{path} are complete (verdict {summary['verdict']})", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code

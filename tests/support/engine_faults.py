@@ -4,6 +4,12 @@ Registered as "faulty" when imported (the tests import it, and name it in
 MRBENCH_TARGET_MODULES so every engine process imports it too). Its runners wrap the bundled
 V1 runner; `segv`, `exit` and `hang` break the engine on its first `generate` in any
 workload whose engine has exactly `BREAK_AT_MAX_NUM_SEQS` slots, and run normally otherwise.
+
+`pause` and `pause-close` stop that engine at a known point, so a test can act on the run
+there instead of guessing a time: on its first `generate` (a workload in progress), or in its
+`close` (the run's last phase, after every workload finished, when that engine is the last
+one open). The engine writes the file named by $MRBENCH_TEST_PAUSE_FILE and waits while it
+exists (at most PAUSE_MAX_S), then goes on normally.
 """
 from __future__ import annotations
 
@@ -11,13 +17,23 @@ import os
 import signal
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from mrbench.contract import BadInput
 from mrbench.harness.targets.base import register
 from mrbench.harness.targets.bundled import BundledSession
 
 BREAK_AT_MAX_NUM_SEQS = 3
-RUNNERS = ("segv", "exit", "hang")
+RUNNERS = ("segv", "exit", "hang", "pause", "pause-close")
+PAUSE_MAX_S = 120.0
+
+
+def _pause() -> None:
+    marker = Path(os.environ["MRBENCH_TEST_PAUSE_FILE"])
+    marker.write_text(str(os.getpid()))
+    deadline = time.monotonic() + PAUSE_MAX_S
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 class _Faulty(BundledSession):
@@ -27,7 +43,10 @@ class _Faulty(BundledSession):
         self.armed = options.max_num_seqs == BREAK_AT_MAX_NUM_SEQS
 
     def generate(self, prompts, max_tokens, stop, sampling=None):
-        if self.armed:
+        if self.armed and self.mode == "pause":
+            self.armed = False
+            _pause()
+        elif self.armed and self.mode != "pause-close":
             if self.mode == "segv":
                 os.kill(os.getpid(), signal.SIGSEGV)
             elif self.mode == "exit":
@@ -35,6 +54,11 @@ class _Faulty(BundledSession):
             else:
                 time.sleep(3600)
         return super().generate(prompts, max_tokens, stop, sampling)
+
+    def close(self) -> None:
+        if self.armed and self.mode == "pause-close":
+            _pause()
+        super().close()
 
     def resolved(self):
         return dict(super().resolved(), target="faulty", runner=self.mode)
