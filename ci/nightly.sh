@@ -6,6 +6,12 @@
 #                       whenever vLLM is installed, the vLLM target's `nightly` suite, V2 vs
 #                       V1 runner, on $MRBENCH_MODEL (a workflow variable; default: the
 #                       bundled model). The job fails if either does.
+#   ci/nightly.sh ab    two vLLM builds, the same runner on both sides, on CUDA: tonight's
+#                       build ($MRBENCH_BUILD: a virtualenv, its Python, or a site folder)
+#                       against the last build that passed (the link $MRBENCH_LAST_GOOD,
+#                       default results/last-good-build), suite gpu-ab with its tight bars
+#                       (README "Two vLLM builds"). A pass moves the link to tonight's
+#                       build; the first night only sets it. Runner: $MRBENCH_RUNNER (v2).
 # Every run is added to the history ($MRBENCH_HISTORY, default results/history.sqlite) and a
 # trend report is rendered. The verdict table goes to $GITHUB_STEP_SUMMARY when set.
 # Exit: 0 pass; 1 regression (or a missed fault / false alarm); 2 bad input; 3 a run failed.
@@ -48,8 +54,27 @@ case "$mode" in
       echo "nightly: vLLM is not installed; the vllm target (V2 vs V1) did not run" >&2
     fi
     ;;
+  ab)
+    build="${MRBENCH_BUILD:?ci/nightly.sh ab: set MRBENCH_BUILD to the vLLM build to judge}"
+    last="${MRBENCH_LAST_GOOD:-results/last-good-build}"
+    runner="${MRBENCH_RUNNER:-v2}"
+    if [ ! -e "$last" ]; then
+      mkdir -p "$(dirname "$last")" && ln -sfn "$(realpath "$build")" "$last"
+      echo "nightly: no last good build yet: $last now names $build; nothing compared" >&2
+      exit 0
+    fi
+    model_args=()
+    [ -n "${MRBENCH_MODEL:-}" ] && model_args=(--model "$MRBENCH_MODEL")
+    "$MRBENCH" run gpu-ab --target vllm --device cuda "${model_args[@]}" \
+        --candidate "vllm@$build:$runner" --baseline "vllm@$(realpath "$last"):$runner" \
+        --out "$out/ab"
+    rc=$?
+    [ -d "$out/ab" ] || { echo "nightly: two-build run wrote nothing (exit $rc)" >&2; exit "$rc"; }
+    [ "$rc" -eq 0 ] && ln -sfn "$(realpath "$build")" "$last"
+    run_dir="$out/ab"
+    ;;
   *)
-    echo "usage: ci/nightly.sh cpu|gpu" >&2
+    echo "usage: ci/nightly.sh cpu|gpu|ab" >&2
     exit 2
     ;;
 esac

@@ -14,7 +14,7 @@ import numpy as np
 
 from mrbench.contract import SideResult
 
-from . import stats
+from . import references, stats
 from .canary import MAX_OFF_CPU, off_cpu_share, wave_disturbed
 from .collectors import prefill_chunks
 from .collectors.agreement import first_divergence
@@ -570,7 +570,8 @@ def sync_warnings_check(wl: str, base: SideResult, cand: SideResult, th: Thresho
                  else "pass", note + (f"; sites: {sites}" if sites else ""))
 
 
-def count_info(wl: str, metric: str, column: str, base: SideResult, cand: SideResult) -> Check | None:
+def count_info(wl: str, metric: str, column: str, base: SideResult,
+               cand: SideResult) -> Check | None:
     b, c = _per_step_mean(base, column), _per_step_mean(cand, column)
     if b is None and c is None:
         return None
@@ -580,6 +581,51 @@ def count_info(wl: str, metric: str, column: str, base: SideResult, cand: SideRe
     return Check(wl, metric, "per step", b, c, None if b is None or c is None else c - b, None,
                  None, "-", "deterministic count (torch.profiler); runners differ by design",
                  "info")
+
+
+def _count_excess(now: dict[str, float], ref: dict[str, float],
+                  th: Thresholds) -> tuple[dict[str, float], str]:
+    """({column: excess} over the bars, a line listing every count that moved): per phase
+    ops (`ops_*`) and allocations; the total `ops` is shown, its phases are judged."""
+    over = {c: now[c] - ref[c] for c in now if c in ref and c != "ops"
+            and now[c] - ref[c] > (th.allocs_increase if c == "allocs" else th.ops_increase)}
+    diffs = ", ".join(f"{c} {ref[c]:.1f} -> {now[c]:.1f}" for c in now
+                      if c in ref and abs(now[c] - ref[c]) > 1e-9) or "identical counts"
+    return over, diffs
+
+
+def same_runner(base: SideResult, cand: SideResult) -> bool:
+    """Both sides run one runner of one engine: two builds of it, or one build against
+    itself. Their counts are then one code at two versions, so the baseline is the
+    reference (counts_vs_baseline), not a stored file."""
+    runner = base.resolved.get("runner")
+    return not cross_engine(base, cand) and runner is not None and \
+        runner == cand.resolved.get("runner")
+
+
+def counts_vs_baseline(wl: str, base: SideResult, cand: SideResult,
+                       th: Thresholds) -> Check | None:
+    """Ops per phase and allocations per step, candidate against baseline, when both run
+    the same runner: a count is deterministic for a fixed batch sequence, so one extra op a
+    step shows without noise. Gated only when both profiled passes ran the same number of
+    steps (the same batch sequence); otherwise reported."""
+    now, ref = count_means(cand.profile), count_means(base.profile)
+    if not now and not ref:
+        return None
+    thr = f"per phase <= baseline + {th.ops_increase} (allocs + {th.allocs_increase})"
+    why = not_measured(cand, "candidate") or not_measured(base, "baseline")
+    if why:
+        return _unmeasured_check(wl, "ops_vs_baseline", "per step", why, thr)
+    over, diffs = _count_excess(now, ref, th)
+    check = Check(wl, "ops_vs_baseline", "per step", ref.get("ops"), now.get("ops"),
+                  None if "ops" not in ref or "ops" not in now else now["ops"] - ref["ops"],
+                  None, None, thr, "deterministic count (torch.profiler), candidate against "
+                  "baseline: the same runner on both sides", "regression" if over else "pass",
+                  diffs)
+    if len(base.profile) != len(cand.profile):
+        return _not_gated(check, f"not the same batch sequence ({len(base.profile)} vs "
+                                 f"{len(cand.profile)} profiled steps)")
+    return check
 
 
 def audit_check(wl: str, cand: SideResult, th: Thresholds) -> Check | None:
@@ -613,11 +659,14 @@ def reference_check(wl: str, cand: SideResult, reference: dict | None,
                      f"<= reference + {th.ops_increase}", "deterministic count (torch.profiler)",
                      "info", "no stored reference for this build and workload "
                      "(mrbench run ... --save-reference)")
+    stale = references.key_mismatch(reference, cand.resolved)
+    if stale:
+        return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None,
+                     None, f"<= reference + {th.ops_increase}",
+                     "deterministic count (torch.profiler)", "info",
+                     f"not measured: the stored reference is for another build ({stale})")
     ref = reference["counts"]
-    over = {c: now[c] - ref[c] for c in now if c in ref and c != "ops"
-            and now[c] - ref[c] > (th.allocs_increase if c == "allocs" else th.ops_increase)}
-    diffs = ", ".join(f"{c} {ref[c]:.1f} -> {now[c]:.1f}" for c in now
-                      if c in ref and abs(now[c] - ref[c]) > 1e-9) or "identical counts"
+    over, diffs = _count_excess(now, ref, th)
     return Check(wl, "ops_vs_reference", "per step", ref.get("ops"), now.get("ops"),
                  None if "ops" not in ref else now["ops"] - ref["ops"], None, None,
                  f"per phase <= reference + {th.ops_increase} (allocs + {th.allocs_increase})",
@@ -850,8 +899,9 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                chunk_coverage_check(wl, base, cand),
                sync_check(wl, base, cand, th, relative=not cross),
                sync_warnings_check(wl, base, cand, th),
-               count_info(wl, "ops_per_step", "ops", base, cand),
-               count_info(wl, "allocs_per_step", "allocs", base, cand),
+               *([counts_vs_baseline(wl, base, cand, th)] if same_runner(base, cand) else
+                 [count_info(wl, "ops_per_step", "ops", base, cand),
+                  count_info(wl, "allocs_per_step", "allocs", base, cand)]),
                audit_check(wl, cand, th), reference_check(wl, cand, reference, th),
                dispatch_check(wl, base, cand)]
     spec = spec_check(wl, base, cand, th)

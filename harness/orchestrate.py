@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
 
-from . import interrupts, progress, references
+from . import builds, interrupts, progress, references
 from .collectors.agreement import first_divergence
 from .compare import compare, latency_summary
 from .compile_cache import counting_writes, describe
@@ -185,7 +185,8 @@ class SessionCache:
             sess, writes = counting_writes(lambda: get_target(spec.target).open(spec, options))
             return sess, dict(compile_cache_writes=writes, pid=os.getpid())
         sess = self.pool.open(side, spec.target, spec, options, log)
-        return sess, dict(compile_cache_writes=sess.compile_cache_writes, pid=sess.pid)
+        return sess, dict(compile_cache_writes=sess.compile_cache_writes, pid=sess.pid,
+                          python=sess.python)
 
     def _rebuild(self, side: str, sess: Any, start: dict, spec: SideSpec, options: Any,
                  log: Path, prog: Progress, took_s: float) -> tuple[Any, dict]:
@@ -279,6 +280,9 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
     if iso.cold_engines not in COLD_ENGINES:
         raise BadInput(f"--cold-engines must be one of {', '.join(COLD_ENGINES)}, got "
                        f"{iso.cold_engines!r}")
+    if iso.in_process and (base.build or cand.build):
+        raise BadInput("--in-process runs engines in the harness's own environment: a side "
+                       "with its own build (TARGET@BUILD:RUNNER) needs its own process")
     iso = iso.resolved_for({base.device, cand.device})
     targets = {s.target: get_target(s.target) for s in (base, cand)}
     if save_reference and (cand.faults or base.faults):
@@ -424,6 +428,8 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
             manifest = dict(environment(), suite=suite.model_dump(), target=target_name,
                             isolation=asdict(iso),
                             sides=dict(baseline=asdict(base), candidate=asdict(cand)),
+                            builds={s: builds.resolve(sp.build).describe() if sp.build else None
+                                    for s, sp in specs.items()},
                             seeds=seeds,
                             workloads={w: dict(workload=e.workload, entry=e.id,
                                                params=p.model_dump(), source=wl.source(p),

@@ -24,11 +24,13 @@ import os
 import signal
 import sys
 import traceback
+from multiprocessing import spawn
 from pathlib import Path
 from typing import Any
 
 from mrbench.contract import BadInput, EngineOptions
 
+from .builds import Build, resolve
 from .compile_cache import counting_writes
 from .execute import profiled_run
 from .targets import get_target
@@ -105,7 +107,8 @@ def _child(conn) -> None:
             session, writes = counting_writes(lambda: target.open(spec, options))
             conn.send(("ok", dict(vocab_size=session.vocab_size, step_label=session.step_label,
                                   phase_labels=dict(session.phase_labels),
-                                  compile_cache_writes=writes, pid=os.getpid())))
+                                  compile_cache_writes=writes, pid=os.getpid(),
+                                  python=sys.executable)))
         except BaseException as e:       # noqa: BLE001 - everything goes back to the parent
             traceback.print_exc()
             reply_error(e)
@@ -147,19 +150,38 @@ def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
     return "\n".join(lines[-n:])
 
 
+def _start_in(proc: mp.process.BaseProcess, build: Build | None) -> None:
+    """Start `proc` in `build`'s environment: spawn runs the interpreter it is told and
+    hands the child the parent's import path at start, so both are swapped for the start
+    alone (the harness starts engines from one thread)."""
+    if build is None:
+        proc.start()
+        return
+    saved_path, saved_exe = sys.path[:], spawn.get_executable()
+    sys.path[:] = build.sys_path
+    spawn.set_executable(build.python)
+    try:
+        proc.start()
+    finally:
+        sys.path[:] = saved_path
+        spawn.set_executable(saved_exe)
+
+
 class EngineHost:
     """One engine process (spawned), reused for the sessions of one side while it is healthy
     and its target can reopen in a process; `EngineTimeout`/`EngineCrashed` retire it."""
 
-    def __init__(self, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
+    def __init__(self, timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+                 build: Build | None = None) -> None:
         ctx = mp.get_context("spawn")
         self.timeout_s = timeout_s
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_child, args=(child,), name="mrbench-engine",
                                 daemon=True)
-        self.proc.start()
+        _start_in(self.proc, build)
         child.close()
         self.log_path = Path(os.devnull)
+        self.build = build
 
     def usable(self) -> bool:
         return self.proc.is_alive() and not self.conn.closed
@@ -233,6 +255,7 @@ class RemoteSession:
         # the engine process it runs in
         self.compile_cache_writes: dict[str, int] = info["compile_cache_writes"]
         self.pid: int = info["pid"]
+        self.python: str = info["python"]        # the interpreter it runs (a side's build)
         self.auditing = False
 
     def _call(self, name: str, *args: Any) -> Any:
@@ -295,8 +318,11 @@ class HostPool:
     def open(self, key: str, target_name: str, spec: SideSpec, options: EngineOptions,
              log_path: Path) -> RemoteSession:
         host = self.hosts.get(key)
-        if host is None or not host.usable():
-            host = self.hosts[key] = EngineHost(self.timeout_s)
+        build = resolve(spec.build) if spec.build else None
+        if host is None or not host.usable() or host.build != build:
+            if host is not None:
+                host.shutdown()
+            host = self.hosts[key] = EngineHost(self.timeout_s, build)
         try:
             return RemoteSession(host, target_name, spec, options, log_path)
         except BaseException:

@@ -11,7 +11,7 @@ from pathlib import Path
 from mrbench.contract import BadInput
 from mrbench.workloads import workloads as known_workloads
 
-from .. import canary
+from .. import builds, canary
 from ..affinity import pin_cpus
 from ..formatting import fmt_num, fmt_p
 from ..orchestrate import Isolation, Overrides
@@ -24,10 +24,13 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
     p.add_argument("--target", default="bundled",
                    help="engine of a side named without one: bundled (default) or vllm")
     p.add_argument("--candidate", default=candidate_default,
-                   help=f"candidate runner, RUNNER or TARGET:RUNNER (e.g. vllm:v2, bundled:v1; "
-                        f"default {candidate_default or 'the baseline'})")
+                   help=f"candidate runner, RUNNER, TARGET:RUNNER or TARGET@BUILD:RUNNER (e.g. "
+                        f"vllm:v2, bundled:v1, vllm@/venvs/pr:v2; BUILD: a virtualenv, a "
+                        f"Python, or a site folder with vllm/; default "
+                        f"{candidate_default or 'the baseline'})")
     p.add_argument("--baseline", default="v1",
-                   help="baseline runner, RUNNER or TARGET:RUNNER (default v1)")
+                   help="baseline runner, RUNNER, TARGET:RUNNER or TARGET@BUILD:RUNNER "
+                        "(default v1)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", help="model directory (default: the target's bundled model)")
     p.add_argument("--dataset", help="GSM8K JSONL path (or hf:openai/gsm8k when online)")
@@ -77,15 +80,21 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
 
 def side_spec(value: str, target: str, device: str, model: str | None,
               faults: tuple[str, ...], seed: int) -> SideSpec:
-    """A side from RUNNER or TARGET:RUNNER; a side named without a target gets `target`."""
+    """A side from RUNNER, TARGET:RUNNER or TARGET@BUILD:RUNNER (a side named without a
+    target gets `target`); BUILD is the side's own environment (harness.builds)."""
     t, _, runner = value.rpartition(":")
+    t, at, build = t.partition("@")
     t = t or target
     if t not in TARGETS:
         raise BadInput(f"unknown target {t!r} in {value!r}; known: {', '.join(sorted(TARGETS))}")
     if not runner:
         raise BadInput(f"runner {value!r} names no runner (e.g. v2, vllm:v1)")
+    if at and not build:
+        raise BadInput(f"{value!r} names no build after '@' (e.g. vllm@/venvs/main:v2)")
+    if build:
+        build = builds.resolve(build).path
     return SideSpec(runner=runner, device=device, model=model, faults=faults, seed=seed,
-                    target=t)
+                    target=t, build=build or None)
 
 
 def isolation_of(a: argparse.Namespace) -> Isolation:

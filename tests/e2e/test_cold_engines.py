@@ -13,6 +13,8 @@ from support.suites import three_gsm8k
 
 from mrbench.harness.cli import main
 
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
+
 
 @pytest.fixture
 def caches(tmp_path, monkeypatch):

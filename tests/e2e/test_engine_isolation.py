@@ -2,10 +2,12 @@
 failure (exit 3) and the run's other workloads still report."""
 import json
 
-import support.engine_faults  # noqa: F401  (registers the "faulty" target in this process)
 import pytest
+import support.engine_faults  # noqa: F401  (registers the "faulty" target in this process)
 
 from mrbench.harness.cli import main
+
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
 SUITE = """name: faulty
 workloads:

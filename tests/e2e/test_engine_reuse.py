@@ -2,9 +2,12 @@
 on stderr, line by line, when stderr is a file (nightly logs)."""
 import json
 
+import pytest
 from support.suites import three_gsm8k
 
 from mrbench.harness.cli import main
+
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
 SUITE = three_gsm8k()
 

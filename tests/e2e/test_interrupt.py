@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from support.suites import three_gsm8k
 
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = three_gsm8k()            # runs a, c, b: b (3 slots) is the faulty engine's workload
 MODE = {"during": "pause", "after": "pause-close"}

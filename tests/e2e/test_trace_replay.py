@@ -8,6 +8,8 @@ import pytest
 from mrbench.harness.cli import main
 from mrbench.workloads import trace_replay, traces
 
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
+
 SUITE = """name: t
 workloads:
   - id: synth

@@ -43,3 +43,27 @@ def test_nightly_script_refuses_an_unknown_mode():
     r = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh"), "tpu"], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_the_buildkite_step_runs_the_two_build_nightly():
+    steps = yaml.safe_load((ROOT / "ci" / "buildkite-nightly.yml").read_text())["steps"]
+    [step] = steps
+    assert "bash ci/nightly.sh ab" in step["commands"]
+    assert {"MRBENCH_BUILD", "MRBENCH_LAST_GOOD"} <= set(step["env"])
+
+
+def test_the_two_build_nightly_starts_a_line_of_good_builds(tmp_path):
+    """The first night has nothing to compare with: it names tonight's build the last good
+    one and runs nothing; a night without a build to judge is refused."""
+    build, last = tmp_path / "tonight", tmp_path / "links" / "last-good"
+    build.mkdir()
+    env = dict(os.environ, MRBENCH_BUILD=str(build), MRBENCH_LAST_GOOD=str(last),
+               MRBENCH_OUT=str(tmp_path / "out"), MRBENCH_HISTORY=str(tmp_path / "h.sqlite"))
+    r = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh"), "ab"], capture_output=True,
+                       text=True, timeout=30, env=env)
+    assert r.returncode == 0 and "no last good build yet" in r.stderr, r.stderr
+    assert last.resolve() == build.resolve()
+    del env["MRBENCH_BUILD"]
+    r = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh"), "ab"], capture_output=True,
+                       text=True, timeout=30, env=env)
+    assert r.returncode != 0 and "MRBENCH_BUILD" in r.stderr

@@ -7,6 +7,8 @@ import pytest
 
 from mrbench.harness.cli import main
 
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
+
 TINY = """name: tiny
 workloads:
   - id: g
