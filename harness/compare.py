@@ -578,9 +578,10 @@ def count_info(wl: str, metric: str, column: str, base: SideResult,
     why = not_measured(cand, "candidate") or not_measured(base, "baseline")
     if why:
         return _unmeasured_check(wl, metric, "per step", why, "-")
+    why = ("one runner on both sides: judged per phase by ops_vs_baseline"
+           if same_runner(base, cand) else "runners differ by design")
     return Check(wl, metric, "per step", b, c, None if b is None or c is None else c - b, None,
-                 None, "-", "deterministic count (torch.profiler); runners differ by design",
-                 "info")
+                 None, "-", f"deterministic count (torch.profiler); {why}", "info")
 
 
 def _count_excess(now: dict[str, float], ref: dict[str, float],
@@ -899,9 +900,9 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                chunk_coverage_check(wl, base, cand),
                sync_check(wl, base, cand, th, relative=not cross),
                sync_warnings_check(wl, base, cand, th),
-               *([counts_vs_baseline(wl, base, cand, th)] if same_runner(base, cand) else
-                 [count_info(wl, "ops_per_step", "ops", base, cand),
-                  count_info(wl, "allocs_per_step", "allocs", base, cand)]),
+               count_info(wl, "ops_per_step", "ops", base, cand),
+               count_info(wl, "allocs_per_step", "allocs", base, cand),
+               counts_vs_baseline(wl, base, cand, th) if same_runner(base, cand) else None,
                audit_check(wl, cand, th), reference_check(wl, cand, reference, th),
                dispatch_check(wl, base, cand)]
     spec = spec_check(wl, base, cand, th)
