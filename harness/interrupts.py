@@ -48,6 +48,7 @@ def installed() -> Iterator[None]:
         for s, h in old.items():
             if h is not None:            # None: a handler not set from Python
                 signal.signal(s, h)
+        _caught.clear()                  # a later command in this process starts unsignalled
 
 
 @contextmanager
@@ -63,5 +64,5 @@ def held() -> Iterator[None]:
 
 
 def caught() -> str | None:
-    """The first signal received since `installed()` began, by name, or None."""
+    """The first signal received inside the current `installed()`, by name, or None."""
     return _caught[0] if _caught else None

@@ -40,4 +40,5 @@ def test_a_signal_inside_held_is_recorded_and_the_body_finishes():
             _signal_self(signal.SIGINT)
             for _ in range(1000):
                 pass
-    assert interrupts.caught() == "SIGTERM"                # the first one is what it reports
+        assert interrupts.caught() == "SIGTERM"            # the first one is what it reports
+    assert interrupts.caught() is None       # gone with installed(): no later command sees it
