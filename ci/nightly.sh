@@ -44,8 +44,10 @@ case "$mode" in
     if "${MRBENCH_PYTHON:-.venv/bin/python}" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
       model_args=()
       [ -n "${MRBENCH_MODEL:-}" ] && model_args=(--model "$MRBENCH_MODEL")
+      # V2 against V1 differ by design: each latency ratio is also judged against the
+      # earlier passing nights' ratios (--history), where a V2-only slowdown shows
       "$MRBENCH" run nightly --target vllm --device cuda "${model_args[@]}" \
-          --candidate v2 --baseline v1 --out "$out/vllm"
+          --candidate v2 --baseline v1 --history "$db" --out "$out/vllm"
       vrc=$?
       [ -d "$out/vllm" ] || { echo "nightly: vllm run wrote nothing (exit $vrc)" >&2; exit "$vrc"; }
       [ "$rc" -eq 0 ] && rc=$vrc

@@ -27,6 +27,7 @@ from mrbench.contract import BadInput
 
 from . import formatting, interrupts, stats
 from .compare import LATENCY_SOURCES
+from .engine_bank import EngineBank
 from .orchestrate import Isolation, Overrides, run_suite
 from .results import RESULTS_FORMAT, check_out, environment, write_json
 from .suite import Suite, Thresholds
@@ -48,7 +49,10 @@ def flagged(summary: dict) -> list[str]:
 
 
 class _Campaign:
-    """A hidden directory that becomes `out` only when every run in it is done."""
+    """A hidden directory that becomes `out` only when every run in it is done, and the
+    engines its runs share: an engine whose side and shape a run leaves unchanged (the
+    baseline of every fault run, both sides of an A/A calibration) is started once and
+    serves the next run too (harness.engine_bank)."""
 
     def __init__(self, out: Path, isolation: Isolation | None = None) -> None:
         check_out(out)
@@ -56,16 +60,18 @@ class _Campaign:
         self.out = out
         out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        self.bank = EngineBank((isolation or Isolation()).bank_settings())
 
     def run(self, name: str, suite: Suite, base: SideSpec, cand: SideSpec,
             overrides: Overrides, log=None) -> tuple[dict, int]:
         summary, code, _ = run_suite(suite, base, cand, overrides, self.tmp / name, log,
-                                     isolation=self.isolation)
+                                     isolation=self.isolation, bank=self.bank)
         if interrupts.caught():        # held while that run was written: it stops the campaign
             raise KeyboardInterrupt(interrupts.caught())
         return summary, code
 
     def commit(self, filename: str, payload: dict) -> Path:
+        self.bank.shutdown()
         write_json(self.tmp / filename, payload)
         if self.out.exists():
             self.out.rmdir()
@@ -73,6 +79,8 @@ class _Campaign:
         return self.out
 
     def abandon(self) -> None:
+        self.bank.kill_all()
+        self.bank.shutdown()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

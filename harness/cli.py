@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="fault switch for the candidate (repeatable)")
     r.add_argument("--save-reference", action="store_true",
                    help="store both sides' op/alloc counts as the reference for this build")
+    r.add_argument("--history", type=Path, metavar="DB",
+                   help="also judge each latency ratio (candidate/baseline) against the "
+                        "earlier clean passing comparable runs' in this history database "
+                        "(V2 against V1 over time; 'not measured' until it holds 3)")
 
     f = sub.add_parser("faults", help="the catch matrix: the suite clean, then once per fault")
     f.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")

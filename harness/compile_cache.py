@@ -15,7 +15,7 @@ compiles, so the bias follows build order and cache state, not the runner
 a worker thread: the compiler's allocations leave the main thread's malloc arena slower.
 
 So the harness looks at the caches an engine start can write to, before and after it
-starts: a start that added files compiled something. `orchestrate.SessionCache` then ends
+starts: a start that added files compiled something. `engine_bank.EngineBank` then ends
 that engine's process and starts the engine again in a new one (on CUDA, by default), so
 both sides are measured in processes that loaded every kernel from the cache; every result
 records what each start wrote.

@@ -26,6 +26,7 @@ CHECK_METRICS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_
                  "token_agreement", "mean_acceptance_length", "state_audit_violations",
                  "unwarmed_dispatch")
 JUDGED = "judged:"      # prefix: 1 if the run's own check judged that P99, 0 if `info`
+RATIO = "ratio:"        # prefix: a judged latency check's relative change, candidate/baseline
 GROUP_KEYS = ("target", "suite", "device", "model", "baseline", "candidate")
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,6 +66,12 @@ def run_record(run_dir: Path) -> tuple[dict, list[tuple[str, str, str, float]]]:
     if "metrics" not in summary or "checks" not in summary:
         raise BadInput(f"{run_dir}: summary.json is not a run's summary (a campaign? add "
                        "its run directories)")
+    return record_of(manifest, summary, run_dir)
+
+
+def record_of(manifest: dict, summary: dict, run_dir: Path
+              ) -> tuple[dict, list[tuple[str, str, str, float]]]:
+    """run_record from a run's manifest and summary dicts (also before they are written)."""
     res = manifest.get("resolved") or {}
     first = next(iter(res.values()), {})
     cand = first.get("candidate") or {}
@@ -84,8 +91,12 @@ def run_record(run_dir: Path) -> tuple[dict, list[tuple[str, str, str, float]]]:
                     values[(wl, side, k)] = float(v)
     for c in summary["checks"]:
         if c["metric"] in LATENCY_SOURCES:    # did the run itself judge this latency?
-            values[(c["workload"], "candidate", f"{JUDGED}{c['metric']}")] = \
-                float(c["verdict"] in ("pass", "regression"))
+            judged = c["verdict"] in ("pass", "regression")
+            values[(c["workload"], "candidate", f"{JUDGED}{c['metric']}")] = float(judged)
+            if judged and isinstance(c.get("delta"), (int, float)):
+                # the run's candidate/baseline estimate, which later runs are judged against
+                values[(c["workload"], "candidate", f"{RATIO}{c['metric']}")] = \
+                    float(c["delta"])
         if c["metric"] in CHECK_METRICS:
             for side in ("baseline", "candidate"):
                 if isinstance(c.get(side), (int, float)):
@@ -152,3 +163,20 @@ def last_pass(db: Path, like: dict) -> str | None:
                           "AND run_dir != ? ORDER BY created DESC, id DESC LIMIT 1",
                           [like.get(k) for k in GROUP_KEYS] + [like.get("run_dir")]).fetchone()
     return row[0] if row else None
+
+
+def earlier_ratios(db: Path, like: dict, workload: str, metric: str, limit: int = 20
+                   ) -> list[tuple[str, float]]:
+    """[(run_dir, relative change)] of `metric` on `workload` in the newest `limit` clean
+    passing runs comparable with `like` (a run record), oldest first; `like`'s own run left
+    out. Runs recorded before ratios were stored have none."""
+    with closing(open_existing(db)) as con:
+        where = " AND ".join(f"r.{k} IS ?" for k in GROUP_KEYS)
+        rows = con.execute(
+            f"SELECT r.run_dir, m.value FROM runs r JOIN metrics m ON m.run_id = r.id "
+            f"WHERE r.verdict = 'pass' AND r.faults = '[]' AND {where} AND r.run_dir != ? "
+            f"AND m.workload = ? AND m.side = 'candidate' AND m.metric = ? "
+            f"ORDER BY r.created DESC, r.id DESC LIMIT ?",
+            [like.get(k) for k in GROUP_KEYS] + [like.get("run_dir"), workload,
+                                                  f"{RATIO}{metric}", limit]).fetchall()
+    return [(d, v) for d, v in reversed(rows)]

@@ -6,9 +6,6 @@ recorded as a failure; the other workloads still run and report.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -19,17 +16,17 @@ from pydantic import ValidationError
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
 
-from . import builds, interrupts, progress, references
+from . import builds, engine_plan, history, history_gate, interrupts, progress, references
 from .collectors.agreement import first_divergence
 from .compare import compare, latency_summary
-from .compile_cache import counting_writes, describe
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, RunInterrupted
+from .engine_bank import BankSettings, EngineBank
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress
 from .results import RunWriter, check_out, environment
 from .suite import Suite
-from .targets.base import SideSpec, Unsupported, get_target, side_label
-from .worker import DEFAULT_CALL_TIMEOUT_S, HostPool
+from .targets.base import Footprint, SideSpec, Unsupported, get_target, side_label
+from .worker import DEFAULT_CALL_TIMEOUT_S
 
 
 @dataclass
@@ -81,20 +78,32 @@ class Isolation:
     `rebuild` starts it again in a new process before it is measured, `keep` measures it
     as it is, `auto` (the default) rebuilds on CUDA, where a process that compiled its
     kernels was measured to run its host work slower, and keeps on CPU, where that was
-    not measured and a vLLM start costs CI tens of seconds."""
+    not measured and a vLLM start costs CI tens of seconds. And how many engines start
+    together (`--engine-starts`, harness.engine_plan): several on a GPU, one on CPU."""
 
     in_process: bool = False
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     gpu_memory_utilization: float = 0.85
     build_first: str = "candidate"
     cold_engines: str = "auto"
+    starts_at_once: int | None = None       # None: engine_plan.default_starts_at_once
 
     def resolved_for(self, devices: set[str]) -> "Isolation":
-        """This isolation with `cold_engines` "auto" decided for the sides' devices."""
-        if self.cold_engines != "auto":
-            return self
+        """This isolation with `cold_engines` "auto" and `starts_at_once` decided for the
+        sides' devices."""
+        out = self
+        if out.starts_at_once is None:
+            out = replace(out, starts_at_once=engine_plan.default_starts_at_once(devices))
+        if out.cold_engines != "auto":
+            return out
         cuda = any(d.startswith("cuda") for d in devices)
-        return replace(self, cold_engines="rebuild" if cuda else "keep")
+        return replace(out, cold_engines="rebuild" if cuda else "keep")
+
+    def bank_settings(self) -> BankSettings:
+        return BankSettings(timeout_s=self.timeout_s, in_process=self.in_process,
+                            cold_engines=self.cold_engines,
+                            starts_at_once=self.starts_at_once or 1,
+                            open_order=self.open_order)
 
     @property
     def open_order(self) -> tuple[str, ...]:
@@ -106,113 +115,6 @@ def _attach_log(fail: dict, log: Path | None) -> None:
     """A failure keeps the path of its engine's log (copied into the run directory)."""
     if log is not None and log.is_file():
         fail["engine_log"] = f"engine-logs/{log.name}"
-
-
-class SessionCache:
-    """The sessions open now, one per side, each with the engine key it was opened for.
-    A workload whose engine shape gives the same key reuses them (a vLLM engine start is
-    tens of seconds); a different key closes the old ones first (their GPU memory must be
-    free before the new engines ask for theirs)."""
-
-    def __init__(self, iso: Isolation, pool: HostPool) -> None:
-        self.iso, self.pool = iso, pool
-        self.open: dict[str, tuple[Any, Any, Path]] = {}     # side -> (key, session, log)
-        # side -> how its open session's engine started: what the start wrote to the
-        # kernel-compile caches, its process, and the start it replaced if it was rebuilt
-        self.starts: dict[str, dict] = {}
-        # False once a rebuilt engine's start wrote to the caches again (a cache that does
-        # not keep, or a tool that writes at every start): rebuilding then buys nothing
-        self.rebuild_helps = True
-
-    def log(self, side: str) -> Path | None:
-        return self.open[side][2] if side in self.open else None
-
-    def discard(self, side: str) -> None:
-        if side in self.open:
-            _, sess, _ = self.open.pop(side)
-            try:
-                sess.close()
-            except Exception:          # a broken engine is retired either way
-                pass
-
-    def close_all(self) -> None:
-        for side in list(self.open):
-            self.discard(side)
-
-    def abandon_all(self) -> None:
-        """Forget the sessions without closing them: after an interrupt their engines were
-        killed with the pool (HostPool.kill_all), and a close would wait on a dead pipe."""
-        self.open.clear()
-
-    def acquire(self, wanted: dict[str, tuple[Any, SideSpec, Any, Path]], prog
-                ) -> tuple[dict[str, Any], dict[str, Exception]]:
-        """{side: (key, spec, options, log)} -> (sessions, {side: exception})."""
-        for side in list(self.open):
-            if side not in wanted or self.open[side][0] != wanted[side][0]:
-                self.discard(side)
-        sessions, errors = {}, {}
-        for side in self.iso.open_order:
-            if side not in wanted:
-                continue
-            key, spec, options, log = wanted[side]
-            if side in self.open:
-                sessions[side] = self.open[side][1]
-                prog.side(side, "engine reused (same engine shape)")
-                continue
-            prog.side(side, "starting engine")
-            t0 = time.perf_counter()
-            try:
-                sess, start = self._start(side, spec, options, log)
-                if (start["compile_cache_writes"] and self.iso.cold_engines == "rebuild"
-                        and self.rebuild_helps):
-                    sess, start = self._rebuild(side, sess, start, spec, options, log, prog,
-                                                time.perf_counter() - t0)
-            except Exception as e:
-                errors[side] = e
-                prog.side(side, f"engine did not start after {time.perf_counter() - t0:.1f} s")
-                if isinstance(e, Unsupported):
-                    break                 # the workload is skipped: open nothing more
-                continue
-            prog.side(side, f"engine ready in {time.perf_counter() - t0:.1f} s")
-            self.open[side] = (key, sess, log)
-            self.starts[side] = start
-            sessions[side] = sess
-        return sessions, errors
-
-    def _start(self, side: str, spec: SideSpec, options: Any, log: Path) -> tuple[Any, dict]:
-        """Open one side's engine: (session, how it started)."""
-        if self.iso.in_process:
-            sess, writes = counting_writes(lambda: get_target(spec.target).open(spec, options))
-            return sess, dict(compile_cache_writes=writes, pid=os.getpid())
-        sess = self.pool.open(side, spec.target, spec, options, log)
-        return sess, dict(compile_cache_writes=sess.compile_cache_writes, pid=sess.pid,
-                          python=sess.python)
-
-    def _rebuild(self, side: str, sess: Any, start: dict, spec: SideSpec, options: Any,
-                 log: Path, prog: Progress, took_s: float) -> tuple[Any, dict]:
-        """An engine whose start compiled kernels, started again in a new process that
-        loads them from the cache (harness.compile_cache says why). Once: a start that
-        still writes is measured as it is, recorded, and ends rebuilding for this run."""
-        first = dict(start, start_s=round(took_s, 3))
-        if self.iso.in_process:
-            prog.side(side, f"engine compiled kernels as it started "
-                      f"({describe(first['compile_cache_writes'])}); measured as it is "
-                      "(--in-process has no other process to start it in)")
-            return sess, dict(start, not_rebuilt="--in-process")
-        prog.side(side, f"engine compiled kernels as it started "
-                  f"({describe(first['compile_cache_writes'])}, {took_s:.1f} s): starting it "
-                  "again in a new process, to measure it with its kernels loaded from the cache")
-        try:
-            sess.close()
-        finally:
-            self.pool.retire(side)
-        sess, again = self._start(side, spec, options, log)
-        if again["compile_cache_writes"]:
-            self.rebuild_helps = False
-            prog.side(side, f"its new start wrote again "
-                      f"({describe(again['compile_cache_writes'])}): measured as it is; no "
-                      "more rebuilds in this run")
-        return sess, dict(again, rebuilt_after=first)
 
 
 def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]:
@@ -252,24 +154,52 @@ def _unsupported(target, spec: SideSpec, options, needs: frozenset[str]) -> str 
     return fn(spec, options, needs) if fn else None
 
 
-def _engine_plan(plan: list, sides: dict[str, SideSpec], targets: dict, iso: Isolation) -> list:
-    """Each plan entry with its engine options (memory share set) and engine keys, in an
-    order that runs workloads sharing an engine shape back to back (stable otherwise)."""
-    share = iso.gpu_memory_utilization / len(sides)   # every side's engine is resident
-    out, first_seen = [], {}
+def _footprint(target, spec: SideSpec, options) -> Footprint | None:
+    fn = getattr(target, "footprint", None)
+    return fn(spec, options) if fn else None
+
+
+def _plan_engines(plan: list, specs: dict[str, SideSpec], targets: dict, iso: Isolation,
+                  skip: set[str]) -> tuple[list, engine_plan.EnginePlan]:
+    """The workloads in run order (those sharing an engine shape back to back, stable
+    otherwise) and the plan of their engines; `skip`: workloads that run on no engine."""
+    def key(sp: SideSpec, o) -> Any:
+        return _engine_key(targets[sp.target], sp, replace(o, gpu_memory_share=None))
+    first_seen: dict[tuple, int] = {}
+    rows = []
     for wid, entry, wl, params, items in plan:
-        options = replace(wl.engine_options(params), gpu_memory_share=share)
-        keys = tuple(_engine_key(targets[spec.target], spec, options)
-                     for _, spec in sorted(sides.items()))
+        options = wl.engine_options(params)
+        keys = tuple(key(sp, options) for _, sp in sorted(specs.items()))
         first_seen.setdefault(keys, len(first_seen))
-        out.append((first_seen[keys], len(out), (wid, entry, wl, params, items, options)))
-    return [x for *_, x in sorted(out, key=lambda t: (t[0], t[1]))]
+        rows.append((first_seen[keys], len(rows), (wid, entry, wl, params, items, options)))
+    ordered = [x for *_, x in sorted(rows, key=lambda t: (t[0], t[1]))]
+    fps: dict[tuple[str, Any], Footprint | None] = {}
+
+    def footprint(sp: SideSpec, o) -> Footprint | None:
+        k = (sp.target, key(sp, o))
+        if k not in fps:
+            fps[k] = _footprint(targets[sp.target], sp, o)
+        return fps[k]
+
+    device = next(iter(specs.values())).device
+    eplan = engine_plan.plan(
+        [(w[0], w[5]) for w in ordered if w[0] not in skip], specs, key, footprint,
+        iso.gpu_memory_utilization, iso.starts_at_once or 1,
+        engine_plan.device_memory_bytes(device) if device.startswith("cuda")
+        else engine_plan.host_memory_bytes(), engine_plan.host_memory_bytes())
+    return ordered, eplan
 
 
 def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
               overrides: Overrides, out: Path, log=None,
               save_reference: bool = False,
-              isolation: Isolation | None = None) -> tuple[dict, int, Path]:
+              isolation: Isolation | None = None,
+              bank: EngineBank | None = None,
+              history_db: Path | None = None) -> tuple[dict, int, Path]:
+    """Run `suite`, write it to `out`: (summary, exit code, path). `bank`: engines lent by
+    a campaign, kept resident after the run for its next one (its unchanged side); without
+    one, the run's engines are closed at its end. `history_db`: also judge each latency
+    ratio against the earlier passing comparable runs' there (harness.history_gate)."""
     iso = isolation or Isolation()
     if not 0 < iso.gpu_memory_utilization <= 0.95:
         raise BadInput(f"--gpu-memory-utilization must be in (0, 0.95], got "
@@ -290,6 +220,8 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
     targets[base.target].validate(base)
     targets[cand.target].validate(cand)
     check_out(out)
+    if history_db is not None and history_db.exists():
+        history.open_existing(history_db).close()      # not a history: one line, now
     plan = []
     unused = overrides.unused([set(get_workload(e.workload).Params.model_fields)
                                for e in suite.workloads])
@@ -312,31 +244,47 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
         for suffix, pp in points:           # a sweep is one entry, many engine shapes
             plan.append((f"{entry.id}.{suffix}" if suffix else entry.id, entry, wl, pp, items))
     specs = dict(baseline=base, candidate=cand)
-    ordered = _engine_plan(plan, specs, targets, iso)
+    # what this machine cannot run is known before any engine starts: no engine for it
+    why_not: dict[str, dict[str, str]] = {}
+    for wid, _, wl, params, _ in plan:
+        options = wl.engine_options(params)
+        why = {s: r for s, sp in specs.items()
+               if (r := _unsupported(targets[sp.target], sp, options, wl.needs))}
+        if why:
+            why_not[wid] = why
+    ordered, eplan = _plan_engines(plan, specs, targets, iso, set(why_not))
+
+    def engine_of(side: str, wid: str):
+        return next(e for e in eplan.engines if e.side == side and wid in e.workloads)
+
+    def bank_key(e) -> tuple[str, Any]:
+        return (e.side, _engine_key(targets[e.spec.target], e.spec, e.options))
 
     writer = RunWriter(out)
-    logs = Path(tempfile.mkdtemp(prefix="mrbench-engine-logs-"))
-    pool = HostPool(iso.timeout_s)
-    cache = SessionCache(iso, pool)
+    own_bank = bank is None
+    bank = bank or EngineBank(iso.bank_settings())
+    bank.begin_run(iso.bank_settings())
+    group = None
     checks, failures, resolved, metrics = [], [], {}, {}
     unsupported: list[dict] = []
     t_start = time.time()
     saved: dict[str, dict] = {}
     finished: list[str] = []                 # workloads done (checks in), for an interrupt
     current, interrupted = None, None
+    starts: dict[str, dict] = {}
     prog = Progress(len(ordered), f"mrbench {suite.name}", log)
     prog.side_names = {s: side_label(sp, specs["candidate" if s == "baseline" else "baseline"])
                        for s, sp in specs.items()}
     prog.line(f"{suite.name}: {len(ordered)} workloads, candidate "
               f"{side_label(cand, base)} vs baseline {side_label(base, cand)} on {base.device}")
+    prog.line(eplan.describe())
     with progress.active(prog):
         try:
             for wid, entry, wl, params, items, options in ordered:
                 prog.workload, current = wid, wid
                 prog.status(wid)
                 n_fail = len(failures)
-                why = {s: r for s, sp in specs.items()
-                       if (r := _unsupported(targets[sp.target], sp, options, wl.needs))}
+                why = why_not.get(wid)
                 if why:                        # not this machine's: say so, it is no failure
                     for s, r in why.items():
                         unsupported.append(dict(workload=wid, side=s, target=specs[s].target,
@@ -345,17 +293,36 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                     prog.advance()
                     finished.append(wid)
                     continue
-                wanted = {s: (_engine_key(targets[sp.target], sp, options), sp, options,
-                              logs / f"{wid}.{s}.log") for s, sp in specs.items()}
-                sessions, errors = cache.acquire(wanted, prog)
+                if eplan.group_of(wid) != group or any(
+                        bank.get(bank_key(engine_of(s, wid))) is None for s in specs):
+                    group = eplan.group_of(wid)       # (again, if an engine was retired)
+                    if len({e.workloads for e in eplan.groups[group].engines}) > 1:
+                        # several shapes start: name the group, not this workload
+                        prog.workload = f"start group {group + 1}/{len(eplan.groups)}"
+                    bank.prepare(eplan.groups[group], lambda e: bank_key(e)[1], prog)
+                    prog.workload = wid
+                sessions, errors, logs_of = {}, {}, {}
+                for s in specs:
+                    k = bank_key(engine_of(s, wid))
+                    if k in bank.failed:
+                        errors[s] = bank.failed[k]
+                    elif (r := bank.get(k)) is not None:
+                        sessions[s], logs_of[s] = r.session, r.log
+                        if r.served:
+                            prog.side(s, "engine reused (same engine shape)")
+                        r.served += 1
+                        # the start of the engine that serves it, for the manifest
+                        starts[s] = dict(r.start, **({} if r.run == bank.run else
+                                                    dict(reused_from_run=r.run)))
                 for side, e in errors.items():
                     if isinstance(e, Unsupported):
                         unsupported.append(dict(workload=wid, side=side,
                                                 target=specs[side].target, reason=str(e)))
                     else:
                         failures.append(_failure(wid, side, e))
-                        _attach_log(failures[-1], wanted[side][3])
-                if errors:                     # nothing runs on one side: keep the engines
+                        k = bank_key(engine_of(side, wid))
+                        _attach_log(failures[-1], bank.log_of.get(k))
+                if errors or len(sessions) < len(specs):  # nothing runs on one side
                     prog.advance()
                     finished.append(wid)
                     continue
@@ -370,8 +337,9 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                     failures += [_failure(wid, s, e) for s in sessions]
                     results = {}
                 for f in failures[n_fail:]:
-                    _attach_log(f, cache.log(f["side"]))
-                    cache.discard(f["side"])     # an engine that failed mid-workload is retired
+                    _attach_log(f, logs_of.get(f["side"]))
+                    # an engine that failed mid-workload is retired
+                    bank.discard(bank_key(engine_of(f["side"], wid)), retire=True)
                 prog.advance()
                 if len(results) == 2:             # per-request agreement, for tables and plots
                     for row, b, c in zip(results["candidate"].requests,
@@ -380,7 +348,7 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                         row["first_divergence"] = first_divergence(b, c)
                         row["agrees"] = row["first_divergence"] == -1
                 for side, res in results.items():
-                    res.resolved = dict(res.resolved, engine_start=cache.starts.get(side))
+                    res.resolved = dict(res.resolved, engine_start=starts.get(side))
                     writer.add_side(wid, side, res)
                     resolved.setdefault(wid, {})[side] = res.resolved
                     metrics.setdefault(wid, {})[side] = latency_summary(res)
@@ -400,22 +368,35 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
         except KeyboardInterrupt:           # SIGINT, or SIGTERM (cli): keep what finished
             with interrupts.held():         # a second signal does not cut the cleanup short
                 interrupted = _interrupted(current, finished, ordered, failures, prog)
-                pool.kill_all()             # a host may be mid-call: no polite close
-                cache.abandon_all()
+                bank.kill_all()             # a host may be mid-call: no polite close
         # From here the run is written whole: a signal is recorded (interrupts.caught), and
         # the command ends with 130 once the results are committed, saying they are complete.
         with interrupts.held():
-            cache.close_all()
-            pool.shutdown()
-            order = {w: i for i, (w, *_) in enumerate(plan)}    # report in the suite's order
-            checks.sort(key=lambda c: order.get(c["workload"], len(order)))
-            for f in sorted(logs.iterdir()):
-                writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
-            shutil.rmtree(logs, ignore_errors=True)
-            verdict, code = overall_verdict(checks, failures)
-            prog.line(f"{suite.name}: verdict {verdict} in {time.time() - t_start:.0f} s")
+            # a campaign's next run reuses the engines it leaves resident where they were
+            # started together, each in its own process; one at a time, an engine process
+            # hosts one session after another and grows with each (bank.end_run)
+            if own_bank or interrupted or bank.settings.starts_at_once <= 1:
+                bank.close_all()
+            bank.end_run()
             target_name = (base.target if base.target == cand.target
                            else f"{cand.target}~{base.target}")
+            if history_db is not None and not interrupted:
+                like, _ = history.record_of(
+                    dict(resolved=resolved), dict(
+                        target=target_name, suite=suite.name, baseline=side_label(base, cand),
+                        candidate=side_label(cand, base), checks=[], metrics={}), out)
+                th_of = {w: suite.thresholds_for(e.id) for w, e, *_ in plan}
+                checks += history_gate.ratio_checks(
+                    checks, like, history_db, lambda w: th_of.get(w, suite.thresholds))
+            order = {w: i for i, (w, *_) in enumerate(plan)}    # report in the suite's order
+            checks.sort(key=lambda c: order.get(c["workload"], len(order)))
+            for f in sorted(bank.used_logs):
+                if f.is_file():
+                    writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
+            if own_bank:
+                bank.shutdown()
+            verdict, code = overall_verdict(checks, failures)
+            prog.line(f"{suite.name}: verdict {verdict} in {time.time() - t_start:.0f} s")
             summary = dict(verdict=verdict, suite=suite.name, target=target_name,
                            baseline=side_label(base, cand), candidate=side_label(cand, base),
                            candidate_faults=list(cand.faults), checks=checks, failures=failures,
@@ -435,6 +416,9 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                                                params=p.model_dump(), source=wl.source(p),
                                                items=len(items))
                                        for w, e, wl, p, items in plan},
+                            engines=dict(plan=eplan.to_dict(), starts=bank.starts,
+                                         wall_s=round(sum(x["start_s"] for x in bank.starts),
+                                                      3)),
                             resolved=resolved)
             path = writer.commit(manifest, summary)
             if interrupted:

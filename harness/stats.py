@@ -771,3 +771,23 @@ def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Hete
     ratio = float(np.std(e, ddof=1) / math.sqrt(np.mean(se**2)))
     return Heterogeneity(k, q, df, float(_st.chi2.sf(q, df)), i2, math.sqrt(tau2), ratio,
                          method)
+
+
+def prediction_shift_t(history: ArrayLike, new: float) -> TestResult:
+    """One-sided test that `new` lies above what `history` (independent draws of the same
+    quantity) predicts: t = (new - mean) / (sd * sqrt(1 + 1/n)) on n - 1 df, the statistic of
+    the normal prediction interval for one further draw; p = P(T > t).
+
+    Why: a V2-against-V1 run's latency ratio carries the runners' own difference, so it is
+    judged against the ratios of earlier passing comparable runs, each an A/A draw of it. Their
+    spread holds both the noise inside a run and the run-to-run spread of engine instances,
+    which a run's own CI leaves out (heterogeneity_cochran_q). Fewer than 3 finite draws, or
+    draws without spread: NaN."""
+    x = _as_1d_float(history, "history")
+    method = (f"prediction t test: the new value against the normal prediction interval of "
+              f"{x.size} earlier values ({max(x.size - 1, 0)} df), one-sided")
+    if x.size < 3 or not np.ptp(x) > 0 or not math.isfinite(new):
+        return TestResult(_NAN, _NAN, method)
+    n = x.size
+    t = (float(new) - float(np.mean(x))) / (float(np.std(x, ddof=1)) * math.sqrt(1 + 1 / n))
+    return TestResult(t, float(_st.t.sf(t, n - 1)), method)

@@ -187,6 +187,13 @@ class EngineHost:
         return self.proc.is_alive() and not self.conn.closed
 
     def call(self, name: str, *args: Any) -> Any:
+        self.send(name, *args)
+        if not self.conn.poll(self.timeout_s):
+            self.timed_out(name)
+        return self.receive(name)
+
+    def send(self, name: str, *args: Any) -> None:
+        """Ask for `name` without waiting for the answer (engines that start together)."""
         if not self.proc.is_alive():
             raise EngineCrashed(f"engine process is gone ({self._exit_text()}) before {name!r}",
                                 _tail(self.log_path))
@@ -195,10 +202,15 @@ class EngineHost:
         except (BrokenPipeError, ConnectionError, OSError):
             raise EngineCrashed(f"engine process died before {name!r} ({self._exit_text()})",
                                 _tail(self.log_path)) from None
-        if not self.conn.poll(self.timeout_s):
-            self.kill()
-            raise EngineTimeout(f"engine did not answer {name!r} within {self.timeout_s:g} s "
-                                "(hung); its process was killed", _tail(self.log_path))
+
+    def timed_out(self, name: str) -> None:
+        """The call `name` is past its deadline: kill the process, raise EngineTimeout."""
+        self.kill()
+        raise EngineTimeout(f"engine did not answer {name!r} within {self.timeout_s:g} s "
+                            "(hung); its process was killed", _tail(self.log_path))
+
+    def receive(self, name: str) -> Any:
+        """The answer to `name` (blocks until it comes: poll first for a deadline)."""
         try:
             status, payload = self.conn.recv()
         except (EOFError, ConnectionError, OSError):
@@ -241,13 +253,10 @@ class EngineHost:
 class RemoteSession:
     """A `Session` whose engine runs in an `EngineHost` (see the module docstring)."""
 
-    def __init__(self, host: EngineHost, target_name: str, spec: SideSpec,
-                 options: EngineOptions, log_path: Path) -> None:
+    def __init__(self, host: EngineHost, target_name: str, log_path: Path, info: dict) -> None:
+        """A session whose engine answered "open" with `info` (see PendingOpen)."""
         self.host, self.log_path = host, Path(log_path)
         self.reusable = bool(getattr(get_target(target_name), "reopen_in_process", False))
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        host.log_path = self.log_path
-        info = host.call("open", target_name, spec, options, str(self.log_path))
         self.vocab_size = info["vocab_size"]
         self.step_label = info["step_label"]
         self.phase_labels = info["phase_labels"]
@@ -307,6 +316,27 @@ class RemoteSession:
             self.host.shutdown()
 
 
+class PendingOpen:
+    """An engine asked to open and not yet answered: engines that start together are each
+    sent "open" first, then answered in the order they finish (`HostPool.begin_open`)."""
+
+    def __init__(self, host: EngineHost, target_name: str, spec: SideSpec,
+                 options: EngineOptions, log_path: Path) -> None:
+        self.host, self.target_name, self.log_path = host, target_name, Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        host.log_path = self.log_path
+        host.send("open", target_name, spec, options, str(self.log_path))
+
+    @property
+    def conn(self):
+        return self.host.conn
+
+    def result(self) -> RemoteSession:
+        """The session, once its engine answered (blocks until then)."""
+        return RemoteSession(self.host, self.target_name, self.log_path,
+                             self.host.receive("open"))
+
+
 class HostPool:
     """The engine processes of one run: one per side, reused across workloads while healthy
     (a spawn costs seconds of imports; a run opens dozens of sessions)."""
@@ -317,6 +347,15 @@ class HostPool:
 
     def open(self, key: str, target_name: str, spec: SideSpec, options: EngineOptions,
              log_path: Path) -> RemoteSession:
+        pending = self.begin_open(key, target_name, spec, options, log_path)
+        if not pending.conn.poll(self.timeout_s):
+            pending.host.timed_out("open")            # killed: the next open starts anew
+        return self.finish_open(key, pending)
+
+    def begin_open(self, key: str, target_name: str, spec: SideSpec, options: EngineOptions,
+                   log_path: Path) -> PendingOpen:
+        """Send "open" to `key`'s engine process (a new one unless a healthy one of the same
+        build can host it) and return without waiting."""
         host = self.hosts.get(key)
         build = resolve(spec.build) if spec.build else None
         if host is None or not host.usable() or host.build != build:
@@ -324,11 +363,25 @@ class HostPool:
                 host.shutdown()
             host = self.hosts[key] = EngineHost(self.timeout_s, build)
         try:
-            return RemoteSession(host, target_name, spec, options, log_path)
+            return PendingOpen(host, target_name, spec, options, log_path)
         except BaseException:
-            if not getattr(get_target(target_name), "reopen_in_process", False):
-                host.shutdown()          # its process ends after a failed open: next one is new
+            self.failed_open(key, target_name)
             raise
+
+    def finish_open(self, key: str, pending: PendingOpen) -> RemoteSession:
+        try:
+            return pending.result()
+        except BaseException:
+            self.failed_open(key, pending.target_name)
+            raise
+
+    def failed_open(self, key: str, target_name: str) -> None:
+        """After a failed open: a target that cannot reopen in its process ends it, so that
+        the next open of `key` starts a new one."""
+        host = self.hosts.get(key)
+        if host is not None and not getattr(get_target(target_name), "reopen_in_process",
+                                            False):
+            host.shutdown()
 
     def retire(self, key: str) -> None:
         """End `key`'s engine process (its session closed first): the next `open` of that

@@ -72,6 +72,11 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                         "measure it as it is (keep). Default: rebuild on CUDA, where a "
                         "process that compiled its kernels ran its host work ~10 %% slower "
                         "for its life, keep on CPU (docs/detection-power.md)")
+    p.add_argument("--engine-starts", type=int, default=None, metavar="N",
+                   help="engines that start together (default: on a GPU one per two CPUs, "
+                        "at most 8; on CPU 1). With N > 1 the run's engines are planned up "
+                        "front and those that fit the device start together, before any of "
+                        "their workloads is measured (docs/architecture.md, engine plan)")
     p.add_argument("--in-process", action="store_true",
                    help="run engines in this process (debugging; a crash or hang of an "
                         "engine then ends the run)")
@@ -113,7 +118,9 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
     gmu = a.gpu_memory_utilization
     if gmu is not None and not 0 < gmu <= 0.95:
         raise BadInput(f"--gpu-memory-utilization must be in (0, 0.95], got {gmu}")
-    return Isolation(in_process=a.in_process,
+    if a.engine_starts is not None and a.engine_starts < 1:
+        raise BadInput(f"--engine-starts must be >= 1, got {a.engine_starts}")
+    return Isolation(in_process=a.in_process, starts_at_once=a.engine_starts,
                      timeout_s=a.timeout if a.timeout is not None else Isolation.timeout_s,
                      gpu_memory_utilization=gmu if gmu is not None
                      else Isolation.gpu_memory_utilization,

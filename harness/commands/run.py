@@ -18,7 +18,7 @@ def main(a: argparse.Namespace) -> int:
     try:
         summary, code, path = run_suite(suite, base, cand, overrides, out,
                                         save_reference=a.save_reference,
-                                        isolation=isolation_of(a))
+                                        isolation=isolation_of(a), history_db=a.history)
     except RunInterrupted as e:         # the finished workloads are written: report them
         with interrupts.held():
             render_run(e.path)

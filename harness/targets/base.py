@@ -28,6 +28,17 @@ class SideSpec:
                                          # the harness's own
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """What one engine instance of a shape needs at least, for planning which engines are
+    resident together (harness.engine_plan): bytes on its device (weights, the smallest KV
+    cache the shape needs, an allowance for the process's context and CUDA graphs) and of
+    the host's memory (its process)."""
+
+    device: int
+    host: int
+
+
 class Target(Protocol):
     name: str
 
@@ -49,6 +60,10 @@ class Target(Protocol):
 
     def engine_key(self, side: SideSpec, options: EngineOptions) -> Any:
         """Equal keys = one engine can serve both workloads (it is reused, not restarted)."""
+
+    def footprint(self, side: SideSpec, options: EngineOptions) -> Footprint | None:
+        """One instance's least memory, for planning residency; None: unknown (each engine
+        shape is then resident alone)."""
 
 
 class Unsupported(Exception):

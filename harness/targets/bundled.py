@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -32,7 +33,7 @@ from mrbench.runner_impl.model.loader import load_config, load_tokenizer
 from .. import phases
 from ..collectors.prefill_chunks import PrefillChunks
 from . import open_loop
-from .base import SideSpec, register
+from .base import Footprint, SideSpec, register
 
 RUNNERS = ("v2", "v1")
 # Both runners draw sampled tokens with the same code (runner_impl/sampler.py), so the same
@@ -250,6 +251,10 @@ class BundledSession:
         self.llm = None
 
 
+ENGINE_OVERHEAD_BYTES = 1 << 30     # a CUDA context and activations; on CPU torch's heap
+ENGINE_HOST_BYTES = 1 << 30         # one engine process (torch imported, the model loaded)
+
+
 @register("bundled")
 class BundledTarget:
     name = "bundled"
@@ -306,3 +311,10 @@ class BundledTarget:
 
     def engine_key(self, side: SideSpec, options: EngineOptions) -> Any:
         return (side, replace(options, gpu_memory_share=None))   # it sizes its own KV cache
+
+    def footprint(self, side: SideSpec, options: EngineOptions) -> Footprint:
+        """Twice its weights (weights and its own KV cache are of one order for the bundled
+        models) plus a process's context (a CUDA context, or torch's host memory)."""
+        model = Path(side.model) if side.model else default_model_dir()
+        weights = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+        return Footprint(device=2 * weights + ENGINE_OVERHEAD_BYTES, host=ENGINE_HOST_BYTES)

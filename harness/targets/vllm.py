@@ -76,7 +76,7 @@ from mrbench.runner_impl.thread_clock import thread_clock
 
 from .. import builds, phases
 from . import open_loop, vllm_dispatch, vllm_faults, vllm_ruler
-from .base import SideSpec, Unsupported, register
+from .base import Footprint, SideSpec, Unsupported, register
 from .vllm_engine import StepWatchdog, VllmEngine
 
 RUNNERS = ("v2", "v1")
@@ -179,6 +179,57 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
             kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
                                             model=options.draft_model or model)
     return kw
+
+
+ENGINE_OVERHEAD_BYTES = 2 << 30     # one instance beside its weights and KV cache: the CUDA
+                                    # context, activations of a profile run, CUDA graphs
+ENGINE_HOST_BYTES = 4 << 30         # one engine process's host memory (torch, vLLM, compiler)
+
+
+def weight_bytes(model: str | Path) -> int:
+    """The bytes of a model directory's weight files (what loading it puts on the device)."""
+    files = [f for pat in ("*.safetensors", "*.bin", "*.pt") for f in Path(model).glob(pat)]
+    return sum(f.stat().st_size for f in files)
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
+    """K and V of one token in every layer, from a Hugging Face config."""
+    layers = int(config.get("num_hidden_layers") or config.get("n_layer") or 1)
+    heads = int(config.get("num_attention_heads") or config.get("n_head") or 1)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or int(config.get("hidden_size") or 64) // heads)
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def dtype_bytes(options: EngineOptions, config: dict, device: str) -> int:
+    name = options.dtype
+    if name == "auto":
+        name = "float32" if device == "cpu" else str(config.get("torch_dtype") or "bfloat16")
+    return 4 if "32" in name else 2
+
+
+def min_kv_bytes(side: SideSpec, options: EngineOptions, config: dict, max_model_len: int
+                 ) -> int:
+    """The KV cache that holds every slot at the full context: the least one instance of
+    this shape is planned with, so that no planned share makes the scheduler preempt."""
+    per = kv_bytes_per_token(config, dtype_bytes(options, config, side.device))
+    return options.max_num_seqs * max_model_len * per
+
+
+MIN_KV_CACHE_BYTES = 1 << 28
+
+
+def planned_kv_cache_bytes(share: float, total: int, weights: int) -> int:
+    """`kv_cache_memory_bytes` for one instance with `share` of a `total`-byte GPU: its
+    share less its weights and ENGINE_OVERHEAD_BYTES (at least MIN_KV_CACHE_BYTES). The plan
+    gives a shape a share that holds `min_kv_bytes` where the shapes fit together.
+
+    Why set it: vLLM sizes its KV cache by profiling the device's free memory, counting
+    every other process's allocations as its own. Engines that start together on one GPU
+    (harness.engine_plan) would each see the others' weights and caches arrive as their own
+    "non-torch" memory, and one releasing memory during another's profile fails that start.
+    A planned size makes the cache independent of whatever else is resident."""
+    return max(MIN_KV_CACHE_BYTES, int(share * total) - weights - ENGINE_OVERHEAD_BYTES)
 
 
 def unsupported_reason(side: SideSpec, options: EngineOptions,
@@ -298,6 +349,9 @@ class VllmSession:
         if self.reads_dispatch:
             vllm_dispatch.install()      # before the engine exists: its warmup is recorded
         kw = llm_kwargs(side, options, model, max_model_len)
+        if side.device.startswith("cuda"):
+            kw["kv_cache_memory_bytes"] = planned_kv_cache_bytes(
+                kw["gpu_memory_utilization"], torch.cuda.mem_get_info()[1], weight_bytes(model))
         self._kv_dir: str | None = None
         self.engines: dict[str, VllmEngine] = {}
         if self.pd:
@@ -715,6 +769,22 @@ class VllmTarget:
 
     def engine_key(self, side: SideSpec, options: EngineOptions) -> str:
         return engine_key(side, options, self._model_dir(side), self.context_len(side))
+
+    def footprint(self, side: SideSpec, options: EngineOptions) -> Footprint:
+        """Weights (with an EAGLE head's), the KV cache of every slot at full context and
+        ENGINE_OVERHEAD_BYTES on a GPU; on CPU the KV space vLLM's CPU build is given."""
+        model, cfg = self._model_config(side)
+        weights = weight_bytes(model)
+        if options.num_speculative_tokens and options.speculative_method == "eagle":
+            head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
+                                           if Path(model) == DEFAULT_MODEL_DIR else None)
+            weights += weight_bytes(head) if head else 0
+        if side.device == "cpu":
+            kv = int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")) * (1 << 30))
+            return Footprint(device=weights + kv + ENGINE_HOST_BYTES, host=ENGINE_HOST_BYTES)
+        return Footprint(device=weights + ENGINE_OVERHEAD_BYTES
+                         + min_kv_bytes(side, options, cfg, self.context_len(side)),
+                         host=ENGINE_HOST_BYTES)
 
     def context_len(self, side: SideSpec) -> int:
         cfg = self._model_config(side)[1]

@@ -5,6 +5,9 @@ MRBENCH_TARGET_MODULES so every engine process imports it too). Its runners wrap
 V1 runner; `segv`, `exit` and `hang` break the engine on its first `generate` in any
 workload whose engine has exactly `BREAK_AT_MAX_NUM_SEQS` slots, and run normally otherwise.
 
+`start-exit` ends its engine process while it opens (exit code 9), for engines that start
+together (harness.engine_bank): the other engines of the group start and run.
+
 `pause` and `pause-close` stop that engine at a known point, so a test can act on the run
 there instead of guessing a time: on its first `generate` (a workload in progress), or in its
 `close` (the run's last phase, after every workload finished, when that engine is the last
@@ -21,10 +24,10 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 from mrbench.harness.targets.base import register
-from mrbench.harness.targets.bundled import BundledSession
+from mrbench.harness.targets.bundled import BundledSession, BundledTarget
 
 BREAK_AT_MAX_NUM_SEQS = 3
-RUNNERS = ("segv", "exit", "hang", "pause", "pause-close")
+RUNNERS = ("segv", "exit", "hang", "pause", "pause-close", "start-exit")
 PAUSE_MAX_S = 120.0
 
 
@@ -41,6 +44,8 @@ class _Faulty(BundledSession):
         super().__init__(replace(side, runner="v1"), options)
         self.mode = side.runner
         self.armed = options.max_num_seqs == BREAK_AT_MAX_NUM_SEQS
+        if self.armed and self.mode == "start-exit":
+            os._exit(9)
 
     def generate(self, prompts, max_tokens, stop, sampling=None):
         if self.armed and self.mode == "pause":
@@ -78,6 +83,10 @@ class FaultyTarget:
 
     def context_len(self, side) -> int:
         return 512
+
+    def footprint(self, side, options):
+        """The bundled engine's: so that --engine-starts groups its shapes."""
+        return BundledTarget().footprint(replace(side, runner="v1"), options)
 
     def info(self):
         return dict(runners=list(RUNNERS), faults=[])

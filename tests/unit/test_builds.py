@@ -11,7 +11,7 @@ from mrbench.contract import EngineOptions
 from mrbench.harness import builds
 from mrbench.harness.cli import main
 from mrbench.harness.targets.base import SideSpec, side_label
-from mrbench.harness.worker import EngineHost, RemoteSession
+from mrbench.harness.worker import EngineHost, PendingOpen
 
 
 def _fake_vllm(site: Path, version: str = "9.9.9") -> None:
@@ -80,8 +80,8 @@ def test_an_engine_process_runs_in_its_build(tmp_path, venv):
     the harness's code (a bundled session here: the spawn, not vLLM, is under test)."""
     host = EngineHost(timeout_s=120, build=builds.resolve(str(venv)))
     try:
-        sess = RemoteSession(host, "bundled", SideSpec("v1"), EngineOptions(max_num_seqs=2),
-                             tmp_path / "engine.log")
+        sess = PendingOpen(host, "bundled", SideSpec("v1"), EngineOptions(max_num_seqs=2),
+                           tmp_path / "engine.log").result()
         assert sess.python == str(venv / "bin" / "python"), (tmp_path / "engine.log").read_text()
         assert sess.resolved()["runner"] == "v1"
         sess.close()

@@ -1,0 +1,99 @@
+"""Engines planned up front and started together (--engine-starts N): the same checks and
+verdicts as one start at a time, every start recorded with its overlap, a start that
+crashes recorded as a failure of its workloads alone, and a campaign that starts the
+unchanged side's engines once."""
+import json
+
+import pytest
+import support.engine_faults  # noqa: F401  (registers the "faulty" target in this process)
+
+from mrbench.harness.cli import main
+
+pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
+
+SUITE = """name: starts
+thresholds: {latency_metrics: []}
+workloads:
+  - id: a
+    workload: gsm8k
+    params: {limit: 4, max_num_seqs: 2, wave_size: 2, profile_limit: 1, max_tokens: 24}
+  - id: b
+    workload: gsm8k
+    params: {limit: 4, max_num_seqs: 3, wave_size: 3, profile_limit: 1, max_tokens: 24}
+  - id: s
+    workload: sampled
+    params: {limit: 2, samples_per_prompt: 2, max_tokens: 16, max_num_seqs: 4, wave_size: 4,
+             profile_limit: 1}
+"""
+
+
+def _run(tmp_path, name, *args):
+    (tmp_path / "s.yaml").write_text(SUITE)
+    out = tmp_path / name
+    code = main(["run", str(tmp_path / "s.yaml"), "--out", str(out), *args])
+    return (code, json.loads((out / "summary.json").read_text()),
+            json.loads((out / "manifest.json").read_text()))
+
+
+def _judged(summary):
+    return {(c["workload"], c["metric"]): (c["verdict"], c["candidate"], c["baseline"])
+            for c in summary["checks"] if c["metric"] in (
+                "token_agreement", "syncs_per_step", "ops_per_step", "allocs_per_step",
+                "state_audit_violations", "accuracy_strict", "sampled_token_agreement")}
+
+
+def test_together_or_one_at_a_time_the_checks_are_the_same(tmp_path, capsys):
+    code1, serial, m1 = _run(tmp_path, "serial", "--engine-starts", "1")
+    code3, together, m3 = _run(tmp_path, "together", "--engine-starts", "3")
+    assert code1 == code3 == 0, (serial["failures"], together["failures"])
+    assert _judged(serial) == _judged(together) and _judged(serial)
+    # one at a time: each shape resident alone, as engines were always started
+    assert len(m1["engines"]["plan"]["groups"]) == 3
+    assert all(s["overlapped"] == 0 for s in m1["engines"]["starts"])
+    # together: one group of the three shapes on both sides, started 3 at a time
+    [group] = m3["engines"]["plan"]["groups"]
+    assert sorted((e["side"], e["workloads"][0]) for e in group) == sorted(
+        (s, w) for s in ("baseline", "candidate") for w in "abs")
+    starts = m3["engines"]["starts"]
+    assert len(starts) == 6 and max(s["overlapped"] for s in starts) >= 2
+    assert all(s["start_s"] > 0 and s["began_s"] >= 0 for s in starts)
+    err = capsys.readouterr().err
+    assert "engine plan: 6 engines in 1 start group, up to 3 starting at once" in err
+    assert "start group 1/1 / candidate (v2): starting engine (b)" in err
+    # each workload names the start of the engine that served it
+    res = m3["resolved"]["b"]["candidate"]["engine_start"]
+    assert res["workloads"] == ["b"] and res["side"] == "candidate"
+
+
+def test_an_engine_that_dies_while_starting_with_others_fails_its_workload_alone(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("MRBENCH_TARGET_MODULES", "support.engine_faults")
+    code, summary, manifest = _run(tmp_path, "run", "--target", "faulty",
+                                   "--candidate", "start-exit", "--baseline", "bundled:v1",
+                                   "--engine-starts", "4")
+    assert code == 3 and summary["verdict"] == "error"
+    [fail] = summary["failures"]
+    assert (fail["workload"], fail["side"]) == ("b", "candidate")
+    assert "exit code 9" in fail["error"], fail["error"]
+    assert fail.get("engine_log", "").startswith("engine-logs/b.candidate")
+    assert {c["workload"] for c in summary["checks"]} == {"a", "s"}
+    [dead] = [s for s in manifest["engines"]["starts"] if s["error"]]
+    assert dead["workloads"] == ["b"] and "exit code 9" in dead["error"]
+
+
+def test_a_campaign_starts_the_unchanged_sides_engines_once(tmp_path):
+    (tmp_path / "s.yaml").write_text(SUITE)
+    out = tmp_path / "faults"
+    code = main(["faults", str(tmp_path / "s.yaml"), "--fault", "seq-lens-sync",
+                 "--engine-starts", "3", "--out", str(out)])
+    assert code == 0
+    clean = json.loads((out / "clean" / "manifest.json").read_text())
+    fault = json.loads((out / "seq-lens-sync" / "manifest.json").read_text())
+    assert {s["side"] for s in clean["engines"]["starts"]} == {"baseline", "candidate"}
+    # the fault run started the candidate's engines only; the baseline's served both runs
+    assert {s["side"] for s in fault["engines"]["starts"]} == {"candidate"}
+    for w in "abs":
+        assert fault["resolved"][w]["baseline"]["engine_start"]["reused_from_run"] == 0
+        assert "reused_from_run" not in fault["resolved"][w]["candidate"]["engine_start"]
+    assert json.loads((out / "faults.json").read_text())["faults"]["seq-lens-sync"][
+        "status"] == "caught"
