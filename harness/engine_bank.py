@@ -117,10 +117,10 @@ class EngineBank:
         batches = [todo] if self.settings.starts_at_once > 1 else [[t] for t in todo]
         errors: dict[BankKey, Exception] = {}
         for batch in batches:
-            if any(isinstance(x, Unsupported) for x in errors.values()) and \
-                    self.settings.starts_at_once <= 1 and batch[0][1].workloads in [
-                        e.workloads for k, e in todo if k in errors]:
-                continue             # its shape is unsupported here: the other side neither
+            refused = {e.workloads for k, e in todo if isinstance(errors.get(k), Unsupported)}
+            if batch[0][1].workloads in refused:
+                continue             # one at a time: a side refused the shape, so no other
+                                     # side's start is spent on it
             errors.update(self._start_all(batch, prog))
             redo = [(k, e) for k, e in batch if k in self.resident
                     and self.resident[k].start["compile_cache_writes"]
@@ -150,8 +150,7 @@ class EngineBank:
     def _start_all(self, todo: list[tuple[BankKey, PlannedEngine]], prog: Progress
                    ) -> dict[BankKey, Exception]:
         """Start `todo`, up to starts_at_once together (one at a time in this process with
-        --in-process); record each start. A start refused as unsupported when starts go one
-        at a time skips the rest of its shape (as a lone start never began the other side)."""
+        --in-process); record each start."""
         errors: dict[BankKey, Exception] = {}
         times: dict[BankKey, tuple[float, float]] = {}
         records: dict[BankKey, dict] = {}
@@ -172,7 +171,6 @@ class EngineBank:
                             lambda: get_target(e.spec.target).open(e.spec, e.options))
                     except Exception as ex:         # noqa: BLE001 - a recorded failure
                         errors[key] = ex
-                        self._unsupported_skips(ex, e, queue, prog)
                         continue
                     times[key] = (t0, time.perf_counter())
                     self.resident[key] = Resident(sess, log, None, {}, self.run)
@@ -203,7 +201,6 @@ class EngineBank:
                     times[key] = (t0, time.perf_counter())
                     prog.side(e.side, f"engine did not start after "
                               f"{time.perf_counter() - t0:.1f} s")
-                    self._unsupported_skips(ex, e, queue, prog)
                     continue
                 times[key] = (t0, time.perf_counter())
                 self.resident[key].session = sess
@@ -230,11 +227,6 @@ class EngineBank:
                 self.resident[key].start = rec
             self.starts.append(rec)
         return errors
-
-    def _unsupported_skips(self, ex: Exception, e: PlannedEngine, queue: list,
-                           prog: Progress) -> None:
-        if isinstance(ex, Unsupported) and self.settings.starts_at_once <= 1:
-            queue[:] = [(k, q) for k, q in queue if q.workloads != e.workloads]
 
     def _rebuild(self, redo: list[tuple[BankKey, PlannedEngine]], prog: Progress
                  ) -> dict[BankKey, Exception]:

@@ -345,13 +345,6 @@ class HostPool:
         self.timeout_s = timeout_s
         self.hosts: dict[str, EngineHost] = {}
 
-    def open(self, key: str, target_name: str, spec: SideSpec, options: EngineOptions,
-             log_path: Path) -> RemoteSession:
-        pending = self.begin_open(key, target_name, spec, options, log_path)
-        if not pending.conn.poll(self.timeout_s):
-            pending.host.timed_out("open")            # killed: the next open starts anew
-        return self.finish_open(key, pending)
-
     def begin_open(self, key: str, target_name: str, spec: SideSpec, options: EngineOptions,
                    log_path: Path) -> PendingOpen:
         """Send "open" to `key`'s engine process (a new one unless a healthy one of the same
