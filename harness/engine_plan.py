@@ -147,9 +147,6 @@ def host_memory_bytes() -> int | None:
         return None
 
 
-Shape = tuple[str, dict[str, tuple[Any, SideSpec, EngineOptions]]]
-
-
 def _fits(engines: list[tuple[int, Footprint | None]], budget: int | None,
           host: int | None) -> bool:
     """Whether engines [(instances, footprint)] fit together: each instance gets an equal
