@@ -1,13 +1,12 @@
 """`slow-step:PCT`: a latency ruler, not a historic bug.
 
 It adds PCT % of a measured step time as busy work inside the forward phase, so a harness
-can measure the smallest slowdown it detects (its power curve). What PCT is a share of:
-- `sized_by="step"` (the bundled engine): the step the engine itself records and the
-  harness reports (`StepRecord`, schedule to output), fed back through `observe_step`, less
-  the ruler's own share. So slow-step:5 moves the measured step by 5 %, whatever part of
-  it the forward is.
-- `sized_by="call"` (real vLLM, whose runner exposes no step record): the host time of the
-  wrapped call itself.
+can measure the smallest slowdown it detects (its power curve). PCT is a share of the step
+the engine records and the harness reports (the bundled engine's `StepRecord`, schedule to
+output; on real vLLM the harness's own timing of `LLMEngine.step()`), fed back through
+`observe_step`, less the ruler's own share. So slow-step:5 moves the measured step by 5 %,
+whatever part of it the forward is. (Until 2026-11-27 the vLLM ruler was a share of the
+wrapped call's own host time, which moved vLLM V2's step by less than PCT.)
 The base is a median per step class (decode batch size; prefill tokens in powers of two): a
 prefill step is never slowed by a decode step's size or the reverse. The first step of a
 class adds nothing until its time is known (warmup covers most classes). A median, not a
@@ -55,15 +54,11 @@ def step_class(key: tuple) -> Hashable:
 
 
 class SlowStep:
-    def __init__(self, pct: float, device: torch.device, sized_by: str = "step") -> None:
-        if sized_by not in ("step", "call"):
-            raise ValueError(f"sized_by must be 'step' or 'call', got {sized_by!r}")
+    def __init__(self, pct: float, device: torch.device) -> None:
         self.frac = pct / 100.0
         self.cuda = device.type == "cuda"
-        self.sized_by = sized_by
-        # per step class: the median step (or call) time without the ruler, in ms, a
-        # streaming estimate; the truth is what observe_step (or the call's own clock)
-        # measured; _warm keeps a class's first _WARM_STEPS times, which start it
+        # per step class: the median step time without the ruler, in ms, a streaming
+        # estimate; the truth is what observe_step measured; _warm keeps a class's first _WARM_STEPS times, which start it
         self.base_ms: dict[Hashable, float] = {}
         self._warm: dict[Hashable, list[float]] = {}
         # the class and busy time of the step under way, until the engine observes it
@@ -94,17 +89,12 @@ class SlowStep:
             added = self._busy(self.frac * base)
             self.added_ms_total += added
             self.slowed_steps += 1
-        t0 = time.perf_counter()
         out = fn(*args, **kwargs)
-        t1 = time.perf_counter()
-        if self.sized_by == "call":
-            self._fold(cls, (t1 - t0) * 1e3)
-        else:
-            self._unobserved = (cls, added)
+        self._unobserved = (cls, added)
         return out
 
     def observe_step(self, duration_ms: float, key: tuple) -> float | None:
-        """The engine's measured step (sized_by="step"): folded into its class's median
+        """The engine's measured step: folded into its class's median
         less the busy time the ruler added to it; returns that busy time (ms), for the
         step's record, or None for a step the ruler did not see: one that ran no forward
         (an empty key), or of another class than the forward's."""

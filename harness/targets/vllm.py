@@ -501,9 +501,14 @@ class VllmSession:
         s = e.last_sched
         ran = s is not None and bool(s.total_num_scheduled_tokens)
         if ran:
+            ruler_ms = None
+            if self.ruler_pct is not None and (ruler := vllm_ruler.ruler_of(e.runner())):
+                # the step as measured here, fed back: the ruler's base is this step
+                ruler_ms = ruler.observe_step((t1 - t0) * 1e3,
+                                              vllm_ruler.step_key(s.total_num_scheduled_tokens))
             self._steps.append(Step(e.instance, len(self._steps), t0, t1,
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
-                                    e.kind(s), *clock))
+                                    e.kind(s), *clock, ruler_ms=ruler_ms))
             if self.auditing:               # outside the step range: the read is not counted
                 a = e.audit(len(self._steps) - 1, self.options.num_speculative_tokens)
                 if a is not None:

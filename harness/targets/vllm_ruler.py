@@ -7,16 +7,20 @@ computes the logits there too; sampling is `sample_tokens`, outside it):
 - V1 on CPU: `vllm.v1.worker.cpu_model_runner.CPUModelRunner` (it inherits V1's method);
 - V1 on CUDA: `vllm.v1.worker.gpu_model_runner.GPUModelRunner`;
 - V2 (CUDA only): `vllm.v1.worker.gpu.model_runner.GPUModelRunner`.
-The busy work is the bundled ruler's own (`mrbench.runner_impl.slow_step.SlowStep`,
-sized_by="call"): PCT % of the wrapped call's host time (averaged per class of scheduled
-tokens), added inside the step, never a sleep. It runs as the call starts: on CPU the
-host spins; on CUDA a spin kernel (`torch.cuda._sleep`) of that length is queued on the
-runner's current stream ahead of the call's work and the host spins as long, so the step
-grows whichever of host and GPU bounds it (before the call, not after: after it, a host
-spin overlaps the GPU work just launched and hides, SlowStep.run); the ruler adds no host
-sync, so V2's sync gate stays clean. vLLM exposes no step record, so unlike the bundled
-ruler this is a share of `execute_model`'s host time, not of the step the harness measures:
-the power curve's sizes on vLLM are nominal (docs/detection-power.md).
+The busy work is the bundled ruler's own (`mrbench.runner_impl.slow_step.SlowStep`):
+PCT % of the engine step the harness measures (`VllmSession._step_engine`
+times `LLMEngine.step()`: schedule, the runner's calls, output processing) is added inside
+the step, never a sleep. Each measured step is fed back (`observe_step`), less the ruler's
+own part, into a streaming median per class of scheduled tokens, so slow-step:5 moves the
+step the gate judges by about 5 %, whatever share of it `execute_model` is. Until
+2026-11-27 the base was `execute_model`'s own host time: on the H200 with V2, slow-step:5
+then moved the median step by +3.7 % and +1.1 % in two runs (nominal sizes,
+docs/vllm-gpu.md). The busy work runs as the call starts: on CPU the host spins; on CUDA a
+spin kernel (`torch.cuda._sleep`) of that length is queued on the runner's current stream
+ahead of the call's work and the host spins as long, so the step grows whichever of host
+and GPU bounds it (before the call, not after: after it, a host spin overlaps the GPU work
+just launched and hides, SlowStep.run); the ruler adds no host sync, so V2's sync gate
+stays clean. Each step row records the ruler's busy time (`ruler_ms`).
 
 Two steps, as in vllm_dispatch: `install` wraps the class before the engine is built, in
 the engine's process only, and the wrapper passes every call through; `arm` gives one
@@ -75,14 +79,20 @@ def _scheduled_tokens(args: tuple, kwargs: dict) -> int:
     return int(getattr(sched, "total_num_scheduled_tokens", 0) or 0)
 
 
+def step_key(scheduled_tokens: int) -> tuple:
+    """The ruler's class key of a step that scheduled this many tokens (the wrapper's and
+    the step's feedback must name the same class)."""
+    return ("mixed", int(scheduled_tokens))
+
+
 def _wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
     def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         ruler = self.__dict__.get(_STATE)
         if ruler is None or kwargs.get("dummy_run") or not _scheduled_tokens(args, kwargs):
             return orig(self, *args, **kwargs)
-        # the step's class for the ruler's average: its token count (in powers of two)
-        return ruler.run(orig, self, *args, key=("mixed", _scheduled_tokens(args, kwargs)),
+        # the step's class for the ruler's median: its token count (in powers of two)
+        return ruler.run(orig, self, *args, key=step_key(_scheduled_tokens(args, kwargs)),
                          **kwargs)
     setattr(execute_model, _MARK, True)
     return execute_model
@@ -114,13 +124,14 @@ def install(runner: str, device: str, pct: float) -> dict[str, Any]:
 
 def arm(runner: Any, pct: float) -> None:
     """Give this runner instance its own ruler (on its own device); from its next step on,
-    each step that runs the model is slowed by PCT % of its `execute_model` time."""
+    each step that runs the model is slowed by PCT % of the step the harness measures
+    (fed back through `SlowStep.observe_step`)."""
     method = getattr(type(runner), METHOD, None)
     if not getattr(method, _MARK, False):
         raise RuntimeError(f"{SLOW_STEP}:{pct:g}: the engine built "
                            f"{type(runner).__module__}.{type(runner).__qualname__}, whose "
                            f"{METHOD} the ruler did not wrap")
-    runner.__dict__[_STATE] = SlowStep(pct, torch.device(runner.device), sized_by="call")
+    runner.__dict__[_STATE] = SlowStep(pct, torch.device(runner.device))
 
 
 def ruler_of(runner: Any) -> SlowStep | None:

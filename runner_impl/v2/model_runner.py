@@ -51,7 +51,7 @@ class ModelRunnerV2:
         self.k = cfg.num_speculative_tokens
         self.faults = cfg.faults
         dev = cfg.torch_device
-        self.slow_step = (SlowStep(cfg.faults.slow_step_pct, dev, sized_by="step")
+        self.slow_step = (SlowStep(cfg.faults.slow_step_pct, dev)
                           if cfg.faults.slow_step_pct else None)
         n = cfg.max_num_seqs
         # Async scheduling keeps one step in flight while the next is prepared: its uploads

@@ -1,6 +1,6 @@
 """`slow-step:PCT` on the vllm target (harness/targets/vllm_ruler.py), without vLLM: a
-fake runner class stands in for vLLM's. The wrapper adds busy work of at least PCT % of the
-wrapped `execute_model`'s own time, passes arguments, keywords and the result through, keeps
+fake runner class stands in for vLLM's. The wrapper adds busy work of PCT % of the engine
+step the harness measured (fed back), passes arguments, keywords and the result through, keeps
 one ruler per runner instance, and leaves unarmed runners, dummy runs and empty steps
 alone; the target accepts the ruler on either runner and refuses a malformed one."""
 import time
@@ -51,19 +51,27 @@ def _timed(fn, *args, **kwargs):
 
 
 @pytest.mark.parametrize("pct", [50, 100, 200])
-def test_an_armed_runner_spins_pct_of_its_step_after_it_from_its_second_step(pct):
+def test_an_armed_runner_spins_pct_of_the_measured_step_once_one_was_fed_back(pct):
+    """The base is the step the harness measured (fed back with `observe_step`), not the
+    wrapped call's own time: a 3x longer step than the call makes a 3x longer spin."""
     cls = _fake_runner_class()
     vllm_ruler.wrap(cls)
     runner = cls()
     vllm_ruler.arm(runner, pct)
+    ruler = vllm_ruler.ruler_of(runner)
     sched = _sched()
     out, took = _timed(runner.execute_model, sched, intermediate_tensors="it")
     assert out == ("out", sched, "it", False) and runner.calls == 1
-    assert vllm_ruler.ruler_of(runner).added_ms_total == 0   # no base for the class yet
+    assert ruler.added_ms_total == 0                     # no base for the class yet
+    step_ms = 3 * WORK_S * 1e3                           # the engine step around the call
+    assert ruler.observe_step(step_ms, vllm_ruler.step_key(4)) == 0
     out, took = _timed(runner.execute_model, sched, intermediate_tensors="it")
-    # the spin lasts until PCT % of the first call's own (>= WORK_S) time has passed after
-    # it: a lower bound by construction, not a timing target
-    assert runner.calls == 2 and took >= WORK_S * (1 + pct / 100)
+    # the spin lasts PCT % of the measured step: a lower bound by construction, not a
+    # timing target
+    assert runner.calls == 2 and took >= WORK_S + pct / 100 * step_ms / 1e3
+    added = ruler.observe_step(step_ms * (1 + pct / 100), vllm_ruler.step_key(4))
+    assert added == pytest.approx(pct / 100 * step_ms, rel=0.2)
+    assert ruler.base_ms[("mixed", 3)] == pytest.approx(step_ms, rel=0.1)  # its part left out
 
 
 def test_unarmed_runners_dummy_runs_and_empty_steps_pass_through(monkeypatch):
