@@ -50,9 +50,10 @@ def flagged(summary: dict) -> list[str]:
 
 class _Campaign:
     """A hidden directory that becomes `out` only when every run in it is done, and the
-    engines its runs share: an engine whose side and shape a run leaves unchanged (the
-    baseline of every fault run, both sides of an A/A calibration) is started once and
-    serves the next run too (harness.engine_bank)."""
+    engines its runs share: while a run leaves both sides of a shape unchanged (an A/A
+    calibration), their engines are started once and serve the next run too; a run that
+    changes one side (a fault, the ruler) starts both again, so that no engine kept across
+    runs is measured against a fresh one (harness.engine_bank)."""
 
     def __init__(self, out: Path, isolation: Isolation | None = None) -> None:
         check_out(out)

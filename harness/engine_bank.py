@@ -4,9 +4,10 @@ compiled kernels.
 
 A run asks the bank for a start group of its plan (harness.engine_plan) before the group's
 first workload. The bank closes every engine outside the group (its memory is needed),
-keeps those inside it that are already resident (a campaign's unchanged side: `faults`
-starts the baseline's engines once for the clean run and every fault run), and starts the
-rest, up to `starts_at_once` together: each engine is sent "open" and answered as it
+keeps those inside it that are already resident while their peers are too (a campaign
+whose sides both stay unchanged: `calibrate` starts each side's engines once; an engine
+kept across runs is never measured against a freshly started peer, `_older_than_peers`
+says why), and starts the rest, up to `starts_at_once` together: each engine is sent "open" and answered as it
 finishes (harness.worker.PendingOpen). Every start is recorded: when it began and ended,
 how many other starts it overlapped, and what it wrote to the kernel-compile caches.
 
@@ -101,6 +102,8 @@ class EngineBank:
         wanted = {(e.side, key_of(e)): e for e in group.engines}
         for key in [k for k in self.resident if k not in wanted]:
             self.discard(key)
+        for key in self._older_than_peers(wanted):
+            self.discard(key, retire=True)
         todo = [(k, e) for k, e in wanted.items()
                 if k not in self.resident and k not in self.failed]
         for k, e in wanted.items():
@@ -129,6 +132,23 @@ class EngineBank:
                 errors.update(self._rebuild(redo, prog))
         self.failed.update(errors)
         return errors
+
+    def _older_than_peers(self, wanted: dict[BankKey, PlannedEngine]) -> list[BankKey]:
+        """Resident engines from an earlier run of the campaign whose peer (the other side's
+        engine of the same shape) starts now: an engine is measured only against one of
+        its own age. On the H100 (vLLM 0.26 V2 against V2, `power gpu-ab`, 2026-11-27), a
+        baseline engine kept across runs stepped 2.35 ms at its first two runs and
+        2.9-3.1 ms from its third on, while each run's freshly started candidate stepped
+        2.5-2.8 ms: the four clean runs after the first measured the candidate 8-13 %
+        faster (median step), and the +5 % ruler runs -4 to -6 %. So a side is kept
+        across runs only while its peer is kept too (both sides of an A/A calibration);
+        a fault run starts both. The retired engine's process ends with it (a new
+        process, as its peer's)."""
+        shapes_starting = {e.workloads for k, e in wanted.items()
+                           if k not in self.resident and k not in self.failed}
+        return [k for k, e in wanted.items()
+                if k in self.resident and self.resident[k].run != self.run
+                and e.workloads in shapes_starting]
 
     def _log_path(self, e: PlannedEngine) -> Path:
         base = f"{e.workloads[0]}.{e.side}"

@@ -1,7 +1,7 @@
 """Engines planned up front and started together (--engine-starts N): the same checks and
 verdicts as one start at a time, every start recorded with its overlap, a start that
-crashes recorded as a failure of its workloads alone, and a campaign that starts the
-unchanged side's engines once."""
+crashes recorded as a failure of its workloads alone, and a campaign that keeps engines
+across runs only while both sides are kept."""
 import json
 
 import pytest
@@ -81,7 +81,10 @@ def test_an_engine_that_dies_while_starting_with_others_fails_its_workload_alone
     assert dead["workloads"] == ["b"] and "exit code 9" in dead["error"]
 
 
-def test_a_campaign_starts_the_unchanged_sides_engines_once(tmp_path):
+def test_a_campaign_keeps_engines_only_while_both_sides_are_kept(tmp_path):
+    """`faults` changes the candidate every run, so its fault run starts both sides again
+    (an engine kept across runs is never measured against a fresh one); `calibrate` changes
+    neither side, so its second run is served by the first run's engines on both sides."""
     (tmp_path / "s.yaml").write_text(SUITE)
     out = tmp_path / "faults"
     code = main(["faults", str(tmp_path / "s.yaml"), "--fault", "seq-lens-sync",
@@ -90,10 +93,22 @@ def test_a_campaign_starts_the_unchanged_sides_engines_once(tmp_path):
     clean = json.loads((out / "clean" / "manifest.json").read_text())
     fault = json.loads((out / "seq-lens-sync" / "manifest.json").read_text())
     assert {s["side"] for s in clean["engines"]["starts"]} == {"baseline", "candidate"}
-    # the fault run started the candidate's engines only; the baseline's served both runs
-    assert {s["side"] for s in fault["engines"]["starts"]} == {"candidate"}
+    assert sorted(s["side"] for s in fault["engines"]["starts"]) == sorted(
+        s["side"] for s in clean["engines"]["starts"])
     for w in "abs":
-        assert fault["resolved"][w]["baseline"]["engine_start"]["reused_from_run"] == 0
-        assert "reused_from_run" not in fault["resolved"][w]["candidate"]["engine_start"]
+        for side in ("baseline", "candidate"):
+            assert "reused_from_run" not in fault["resolved"][w][side]["engine_start"]
     assert json.loads((out / "faults.json").read_text())["faults"]["seq-lens-sync"][
         "status"] == "caught"
+
+    out = tmp_path / "calibrate"
+    code = main(["calibrate", str(tmp_path / "s.yaml"), "-n", "2", "--candidate", "v2",
+                 "--baseline", "v2", "--engine-starts", "3", "--out", str(out)])
+    assert code == 0
+    first, second = (json.loads((out / f"run-0{i}" / "manifest.json").read_text())
+                     for i in (0, 1))
+    assert {s["side"] for s in first["engines"]["starts"]} == {"baseline", "candidate"}
+    assert second["engines"]["starts"] == []
+    for w in "abs":
+        for side in ("baseline", "candidate"):
+            assert second["resolved"][w][side]["engine_start"]["reused_from_run"] == 0
