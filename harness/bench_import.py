@@ -57,8 +57,9 @@ import numpy as np
 from mrbench.contract import BadInput, SideResult
 
 from . import stats
-from .compare import Check, latency_summary
+from .compare import latency_summary
 from .results import RunWriter, check_out, environment
+from .run_record import Check, RunVerdict, Verdict
 
 TARGET = "vllm-bench"
 WORKLOADS = {"serve": "vllm-bench-serve", "latency": "vllm-bench-latency"}
@@ -394,7 +395,7 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                     "compare can only report vLLM's aggregate as info, not test it")
         checks.append(Check(wl, metric, "ms", value if side == "baseline" else None,
                             value if side == "candidate" else None, None, None, None, "-",
-                            method, "info", note).to_dict())
+                            method, Verdict.INFO, note).to_dict())
     metrics = {k: v for k, v in latency_summary(res).items()
                if not (isinstance(v, float) and math.isnan(v))}
     metrics.update(_vllm_metrics(files, res.requests, res.itl))
@@ -422,7 +423,7 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                                         source=[s["path"] for s in src],
                                         items=len(res.requests))},
                     resolved={wl: {side: res.resolved}})
-    summary = dict(verdict="imported", suite=wl, target=TARGET,
+    summary = dict(verdict=RunVerdict.IMPORTED, suite=wl, target=TARGET,
                    baseline=label if side == "baseline" else None,
                    candidate=label if side == "candidate" else None, candidate_faults=[],
                    checks=checks, failures=[], metrics={wl: {side: metrics}},

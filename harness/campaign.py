@@ -30,6 +30,7 @@ from .compare import LATENCY_SOURCES
 from .engine_bank import EngineBank
 from .orchestrate import Isolation, Overrides, run_suite
 from .results import RESULTS_FORMAT, check_out, environment, write_json
+from .run_record import RunVerdict, Verdict
 from .suite import Suite, Thresholds
 from .targets.base import SideSpec
 
@@ -45,7 +46,7 @@ def check_name(c: dict) -> str:
 
 
 def flagged(summary: dict) -> list[str]:
-    return sorted(check_name(c) for c in summary["checks"] if c["verdict"] == "regression")
+    return sorted(check_name(c) for c in summary["checks"] if c["verdict"] == Verdict.REGRESSION)
 
 
 class _Campaign:
@@ -152,13 +153,13 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
         rows.append(dict(run=i, verdict=s["verdict"], exit=code, flagged=flagged(s),
                          failures=len(s["failures"]),
                          estimates={check_name(c): [c.get("delta"), c.get("p_value")]
-                                    for c in s["checks"] if c["verdict"] != "info"}))
+                                    for c in s["checks"] if c["verdict"] != Verdict.INFO}))
         for c in s["checks"]:
             row = per[check_name(c)]
             row["runs"] += 1
-            row["alarms"] += c["verdict"] == "regression"
+            row["alarms"] += c["verdict"] == Verdict.REGRESSION
             row["threshold"] = c["threshold"]
-            if c["verdict"] != "info" and c["delta"] is not None:
+            if c["verdict"] != Verdict.INFO and c["delta"] is not None:
                 row["deltas"].append(c["delta"])
                 if c["ci"] and c["ci"][1] is not None:
                     row["ci_hi"].append(c["ci"][1])
@@ -186,7 +187,7 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
     s = runs[-1][0] if runs else {}
     return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
                 candidate=s.get("candidate"), n=len(runs), runs=rows, checks=checks,
-                max_rate=worst, errors=sum(r["verdict"] == "error" for r in rows),
+                max_rate=worst, errors=sum(r["verdict"] == RunVerdict.ERROR for r in rows),
                 method="every regression verdict of a no-change comparison is a false "
                        "alarm; rate CI: Wilson 95%")
 
@@ -368,8 +369,8 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
             row = per[check_name(c)]
             row["threshold"] = c["threshold"]
             row["bar"] = latency_bar(suite, c["workload"], c["metric"])
-            row["judged"] |= c["verdict"] != "info"
-            hit = c["verdict"] == "regression"
+            row["judged"] |= c["verdict"] != Verdict.INFO
+            hit = c["verdict"] == Verdict.REGRESSION
             if pct is None:
                 row["aa_runs"] += 1
                 row["aa"] += hit
@@ -425,7 +426,7 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                 candidate=s.get("candidate"), n=min(per_plan.values()), runs_per_plan=per_plan,
                 pcts=list(pcts), power_target=POWER_TARGET, runs=rows, checks=checks,
                 realized_pct=dict(realized), ruler_added_pct=added,
-                errors=sum(r["verdict"] == "error" for r in rows),
+                errors=sum(r["verdict"] == RunVerdict.ERROR for r in rows),
                 method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
                        f"(busy work of PCT % of the candidate's measured step): a latency "
                        f"regression is a detection; settings in turn; MDE: smallest PCT "

@@ -70,11 +70,11 @@ def _parser() -> argparse.ArgumentParser:
                                       "on the candidate, N runs each; the minimum detectable "
                                       "slowdown per latency check")
     pw.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
-    run_options(pw, candidate_default=None)
-    pw.set_defaults(baseline="v2")           # the ruler lives in V2: A/A on V2 by default
+    run_options(pw, candidate_default=None,
+                baseline_default="v2")       # the ruler lives in V2: A/A on V2 by default
     pw.add_argument("-n", type=int, default=5, help="runs per setting (default 5)")
     pw.add_argument("--pcts", default="10,25,50",
-                    help="slow-step sizes, %% of the forward's time (default 10,25,50)")
+                    help="slow-step sizes, %% of the measured engine step (default 10,25,50)")
 
     st = sub.add_parser("steps", help="record a scheduler-step trace, or replay one on a runner")
     ssub = st.add_subparsers(dest="steps_cmd", required=True, parser_class=_Parser)

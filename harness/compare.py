@@ -7,7 +7,6 @@ workload (syncs, state-audit violations) are compared directly.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from .collectors import prefill_chunks
 from .collectors.agreement import first_divergence
 from .phases import HOT_PHASES
 from .references import count_means
+from .run_record import Check, Verdict
 from .suite import Thresholds
 
 LATENCY_SOURCES = {   # metric (suite.LATENCY_METRICS) -> (table, column)
@@ -32,31 +32,6 @@ LATENCY_SOURCES = {   # metric (suite.LATENCY_METRICS) -> (table, column)
 SUMMARY_FIELDS = {"ttft": ("requests", "ttft_ms"), "tpot": ("requests", "tpot_ms"),
                   "itl": ("itl", "itl_ms"), "e2e": ("requests", "e2e_ms"),
                   "step": ("steps", "duration_ms")}
-
-
-@dataclass
-class Check:
-    workload: str
-    metric: str
-    unit: str
-    baseline: float | None
-    candidate: float | None
-    delta: float | None
-    ci: list[float] | None
-    p_value: float | None
-    threshold: str
-    method: str
-    verdict: str                 # pass | regression | info | error
-    note: str = ""
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        for k in ("baseline", "candidate", "delta", "p_value"):
-            if d[k] is not None and not math.isfinite(d[k]):
-                d[k] = None
-        if d["ci"] is not None:
-            d["ci"] = [None if not math.isfinite(x) else x for x in d["ci"]]
-        return d
 
 
 def _samples(side: SideResult, table: str, column: str) -> np.ndarray:
@@ -264,10 +239,10 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         rc = stats.percentile(c, q) if len(c) >= 2 else _reported(cand, metric)
         if rb is not None and rc is not None:     # a side has only its source's figure
             return Check(wl, metric, "ms", rb, rc, rc / rb - 1 if rb else None, None, None,
-                         thr, f"reported {name}s (a side has no per-request samples)", "info",
+                         thr, f"reported {name}s (a side has no per-request samples)", Verdict.INFO,
                          "aggregates only (vllm bench serve without --save-detailed): "
                          "no samples, no statistical test; reported, not judged")
-        return Check(wl, metric, "ms", None, None, None, None, None, thr, "-", "info",
+        return Check(wl, metric, "ms", None, None, None, None, None, thr, "-", Verdict.INFO,
                      "fewer than 2 samples on a side")
     level = 1 - 2 * th.alpha                      # two-sided interval, one-sided decision
     bp, cp = stats.percentile(b, q), stats.percentile(c, q)
@@ -279,7 +254,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     waves, canary_note = undisturbed_waves(base, cand, waves, th.alpha)
     if len(waves) < MIN_WAVES <= usable:
         return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None, thr,
-                     "-", "info", f"not measured: under {MIN_WAVES} waves left{canary_note}")
+                     "-", Verdict.INFO, f"not measured: under {MIN_WAVES} waves left{canary_note}")
     if len(waves) >= MIN_WAVES:
         logr = np.log([stats.percentile(cw[w], q) / stats.percentile(bw[w], q)
                        for w in waves])
@@ -290,21 +265,23 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
                 f"{name}: {int((logr > 0).sum())}/{len(waves)}"
                 f"{_order_note(cand, table, waves, logr, level)}{canary_note}")
         if rel_min is None:
-            verdict, note = "info", f"reported, not gated: the suite sets no median_rel; {note}"
+            verdict = Verdict.INFO
+            note = f"reported, not gated: the suite sets no median_rel; {note}"
         else:
-            verdict = ("regression" if wx.p_value < th.alpha and rel > rel_min else "pass")
+            verdict = (Verdict.REGRESSION if wx.p_value < th.alpha and rel > rel_min
+                       else Verdict.PASS)
         return Check(wl, metric, "ms", bp, cp, rel, [lo, hi], wx.p_value, thr,
                      f"per-wave {name} ratio over {len(waves)} ABBA waves: {hl.method} "
                      f"({level:.0%}); p: {wx.method}", verdict, note)
     if q == 50:
         return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None, thr,
-                     "-", "info", f"{len(waves)} usable waves (>= {MIN_PER_WAVE[q]} samples "
+                     "-", Verdict.INFO, f"{len(waves)} usable waves (>= {MIN_PER_WAVE[q]} samples "
                      f"each): a median is judged per ABBA wave only, >= {MIN_WAVES} waves; "
                      f"reported, not judged{canary_note}")
     n_min = stats.min_samples_percentile_ci(q, level)
     n_eff = min(_effective_n(base, table, b), _effective_n(cand, table, c))
     if n_eff < n_min:
-        return Check(wl, metric, "ms", bp, cp, None, None, None, thr, "-", "info",
+        return Check(wl, metric, "ms", bp, cp, None, None, None, thr, "-", Verdict.INFO,
                      f"n = {len(b)} / {len(c)} ({n_eff} independent), {len(waves)} usable "
                      f"waves: a {name} needs >= {n_min} per side for a bounded {level:.0%} CI "
                      f"(order statistics) or >= {MIN_WAVES} waves; reported, not judged")
@@ -316,7 +293,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         shared, canary_note = undisturbed_waves(base, cand, shared, th.alpha)
         if len(shared) < MIN_WAVES:
             return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None,
-                         thr, "-", "info",
+                         thr, "-", Verdict.INFO,
                          f"not measured: under {MIN_WAVES} waves left{canary_note}")
         rel = stats.ratio_percentile_ci_wave_bootstrap([bw[w] for w in shared],
                                                        [cw[w] for w in shared], q, level=level)
@@ -324,7 +301,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         return Check(wl, metric, "ms", bp, cp, rel.estimate, [rel.lo, rel.hi], None, thr,
                      f"pooled relative {name} change over {len(shared)} ABBA waves, "
                      f"{rel.method} ({level:.0%}); decided by the CI's lower bound",
-                     "regression" if regressed else "pass",
+                     Verdict.REGRESSION if regressed else Verdict.PASS,
                      f"n = {len(b)} / {len(c)}; under {MIN_PER_WAVE[q]} samples a wave, so "
                      f"waves are resampled whole rather than compared one by one{canary_note}")
     rel = stats.ratio_percentile_ci_bootstrap(b, c, q, level=level)
@@ -332,7 +309,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     regressed = rel.lo > 0 and rel.estimate > rel_min
     return Check(wl, metric, "ms", bp, cp, rel.estimate, [rel.lo, rel.hi], mw.p_value, thr,
                  f"pooled relative {name} change, {rel.method} ({level:.0%}); p: {mw.method}",
-                 "regression" if regressed else "pass",
+                 Verdict.REGRESSION if regressed else Verdict.PASS,
                  f"n = {len(b)} / {len(c)}; fewer than {MIN_WAVES} waves, so not blocked")
 
 
@@ -347,7 +324,7 @@ def accuracy_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) 
     regressed = mc.p_value < th.alpha and delta < -th.accuracy_drop
     return Check(wl, "accuracy_strict", "fraction", float(np.mean(b)), float(np.mean(c)), delta,
                  [ci.lo, ci.hi], mc.p_value, f"-{th.accuracy_drop} and p < {th.alpha}",
-                 f"{mc.method}; CI {ci.method}", "regression" if regressed else "pass",
+                 f"{mc.method}; CI {ci.method}", Verdict.REGRESSION if regressed else Verdict.PASS,
                  f"n = {len(b)}; discordant: base-only {int((np.array(b) & ~np.array(c)).sum())}"
                  f", cand-only {int((~np.array(b) & np.array(c)).sum())}")
 
@@ -370,7 +347,7 @@ def agreement_check(wl: str, base: SideResult, cand: SideResult,
     return Check(wl, "token_agreement", "fraction", 1.0, rate, rate - 1.0 if n else None,
                  [ci.lo, ci.hi] if ci else None, None, f"CI upper < {th.agreement_min}",
                  "share of requests with identical greedy tokens; Wilson CI",
-                 "regression" if regressed else "pass", note)
+                 Verdict.REGRESSION if regressed else Verdict.PASS, note)
 
 
 SAMPLED_STATS = ("distinct_streams", "output_tokens", "accuracy_strict")
@@ -424,12 +401,12 @@ def sampled_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -
     need = min_sampled_prompts(th.alpha, k)
     if len(common) < need:
         return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
-                     thr, "-", "info", f"not measured: {len(common)} prompts with >= 2 "
+                     thr, "-", Verdict.INFO, f"not measured: {len(common)} prompts with >= 2 "
                      f"samples on both sides; the sign-flip test needs >= {need} to reach "
                      f"alpha / {k}")
     if not any(b[g]["streams"] > 1 for g in common):
         return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
-                     thr, "-", "info", f"not measured: every one of the {len(common)} "
+                     thr, "-", Verdict.INFO, f"not measured: every one of the {len(common)} "
                      "prompts gave a single stream on the baseline (a setting this cold is "
                      "greedy in effect: shared or broken noise would not show)")
     tests = {}
@@ -447,7 +424,7 @@ def sampled_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -
                  None, p_adj, thr,
                  f"per-prompt statistics over {len(common)} prompts, paired by prompt; "
                  f"{t.method}; smallest p x {k} (Bonferroni)",
-                 "regression" if p_adj < th.alpha else "pass", note)
+                 Verdict.REGRESSION if p_adj < th.alpha else Verdict.PASS, note)
 
 
 def token_parity(base_tokens: list[list[int]], cand_tokens: list[list[int]]) -> tuple[int, int]:
@@ -477,7 +454,7 @@ def parity_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) ->
                  None if not total else rate - 1.0, None, None, f">= {th.parity_min}",
                  f"share of equal greedy tokens, {base.resolved.get('target')} vs "
                  f"{cand.resolved.get('target')}, same weights ({eq}/{total})",
-                 "regression" if total and rate < th.parity_min else "pass", note)
+                 Verdict.REGRESSION if total and rate < th.parity_min else Verdict.PASS, note)
 
 
 def _per_step_mean(side: SideResult, column: str) -> float | None:
@@ -507,7 +484,7 @@ def not_measured(side: SideResult, name: str) -> str | None:
 def _unmeasured_check(wl: str, metric: str, unit: str, why: str, threshold: str) -> Check:
     return Check(wl, metric, unit, None, None, None, None, None, threshold,
                  "deterministic count in the harness's phase ranges (torch.profiler)",
-                 "error", why)
+                 Verdict.ERROR, why)
 
 
 def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
@@ -533,7 +510,7 @@ def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
     steps_with = sum(r["syncs_hot"] > 0 for r in cand.profile)
     return Check(wl, "syncs_per_step", "syncs/step", b, c, None if b is None else c - b, None,
                  None, thr, "deterministic count in hot phases after warmup (torch.profiler)",
-                 "regression" if over_base or over_budget else "pass",
+                 Verdict.REGRESSION if over_base or over_budget else Verdict.PASS,
                  f"candidate per phase: {phases}; {steps_with}/{len(cand.profile)} steps sync")
 
 
@@ -566,8 +543,8 @@ def sync_warnings_check(wl: str, base: SideResult, cand: SideResult, th: Thresho
                 f"{int(cand.counters.get('sync_check_steps') or 0)} steps")
     return Check(wl, "sync_check_warnings", "warnings/step", b, c, c - b, None, None, thr,
                  "vLLM's VLLM_GPU_SYNC_CHECK=warn around execute_model/sample_tokens, counted "
-                 "per step over the timed waves", "regression" if c > b or over_budget
-                 else "pass", note + (f"; sites: {sites}" if sites else ""))
+                 "per step over the timed waves", Verdict.REGRESSION if c > b or over_budget
+                 else Verdict.PASS, note + (f"; sites: {sites}" if sites else ""))
 
 
 def count_info(wl: str, metric: str, column: str, base: SideResult,
@@ -581,7 +558,7 @@ def count_info(wl: str, metric: str, column: str, base: SideResult,
     why = ("one runner on both sides: judged per phase by ops_vs_baseline"
            if same_runner(base, cand) else "runners differ by design")
     return Check(wl, metric, "per step", b, c, None if b is None or c is None else c - b, None,
-                 None, "-", f"deterministic count (torch.profiler); {why}", "info")
+                 None, "-", f"deterministic count (torch.profiler); {why}", Verdict.INFO)
 
 
 def _count_excess(now: dict[str, float], ref: dict[str, float],
@@ -621,8 +598,8 @@ def counts_vs_baseline(wl: str, base: SideResult, cand: SideResult,
     check = Check(wl, "ops_vs_baseline", "per step", ref.get("ops"), now.get("ops"),
                   None if "ops" not in ref or "ops" not in now else now["ops"] - ref["ops"],
                   None, None, thr, "deterministic count (torch.profiler), candidate against "
-                  "baseline: the same runner on both sides", "regression" if over else "pass",
-                  diffs)
+                  "baseline: the same runner on both sides",
+                  Verdict.REGRESSION if over else Verdict.PASS, diffs)
     if len(base.profile) != len(cand.profile):
         return _not_gated(check, f"not the same batch sequence ({len(base.profile)} vs "
                                  f"{len(cand.profile)} profiled steps)")
@@ -642,7 +619,7 @@ def audit_check(wl: str, cand: SideResult, th: Thresholds) -> Check | None:
     return Check(wl, "state_audit_violations", "steps", None, float(len(bad)), None, None, None,
                  f"<= {th.audit_violations}",
                  f"host mirror vs device truth after each of {len(cand.audits)} steps",
-                 "regression" if len(bad) > th.audit_violations else "pass", note)
+                 Verdict.REGRESSION if len(bad) > th.audit_violations else Verdict.PASS, note)
 
 
 def reference_check(wl: str, cand: SideResult, reference: dict | None,
@@ -658,13 +635,13 @@ def reference_check(wl: str, cand: SideResult, reference: dict | None,
     if reference is None:
         return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None, None,
                      f"<= reference + {th.ops_increase}", "deterministic count (torch.profiler)",
-                     "info", "no stored reference for this build and workload "
+                     Verdict.INFO, "no stored reference for this build and workload "
                      "(mrbench run ... --save-reference)")
     stale = references.key_mismatch(reference, cand.resolved)
     if stale:
         return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None,
                      None, f"<= reference + {th.ops_increase}",
-                     "deterministic count (torch.profiler)", "info",
+                     "deterministic count (torch.profiler)", Verdict.INFO,
                      f"not measured: the stored reference is for another build ({stale})")
     ref = reference["counts"]
     over, diffs = _count_excess(now, ref, th)
@@ -673,7 +650,7 @@ def reference_check(wl: str, cand: SideResult, reference: dict | None,
                  f"per phase <= reference + {th.ops_increase} (allocs + {th.allocs_increase})",
                  f"deterministic count vs the stored reference of {reference.get('git_sha') or '?'}"
                  f" ({reference.get('steps')} steps)",
-                 "regression" if over else "pass", diffs)
+                 Verdict.REGRESSION if over else Verdict.PASS, diffs)
 
 
 def dispatch_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
@@ -689,7 +666,7 @@ def dispatch_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
         f"; serving classes: {', '.join(seen)}"
     return Check(wl, "unwarmed_dispatch", "classes", None if b is None else float(len(b)),
                  float(len(c)), None, None, None, "0", "serving dispatch classes minus warmup's",
-                 "regression" if c else "pass", note)
+                 Verdict.REGRESSION if c else Verdict.PASS, note)
 
 
 def spec_summary(side: SideResult) -> dict[str, float]:
@@ -759,11 +736,11 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
         if not _speculated(cand):
             return None                          # the workload does not speculate
         if not b:                                # neither side drafted: nothing to compare
-            return Check(wl, metric, unit, None, None, None, None, None, thr, "-", "info",
+            return Check(wl, metric, unit, None, None, None, None, None, thr, "-", Verdict.INFO,
                          "not measured: no drafts on either side (requests too short to "
                          "draft?); reported, not judged")
         return Check(wl, metric, unit, b["mean_acceptance_length"], None, None, None, None,
-                     thr, "AL = 1 + accepted / drafts (vLLM)", "error",
+                     thr, "AL = 1 + accepted / drafts (vLLM)", Verdict.ERROR,
                      f"not measured: the candidate speculated but verified no drafts, the "
                      f"baseline {int(b['num_drafts'])}")
     bal, cal = b.get("mean_acceptance_length"), c["mean_acceptance_length"]
@@ -773,7 +750,7 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
 
     def info(why: str) -> Check:
         return Check(wl, metric, unit, bal, cal, pooled, None, None, thr,
-                     "AL = 1 + accepted / drafts (vLLM)", "info",
+                     "AL = 1 + accepted / drafts (vLLM)", Verdict.INFO,
                      f"{why}; reported, not judged; {figures}")
     if bal is None:
         return info("the baseline made no drafts" if _speculated(base)
@@ -797,7 +774,7 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
     return Check(wl, metric, unit, bal, cal, rel, [lo, hi], wx.p_value, thr,
                  f"per-request AL ratio over {len(pairs)} paired requests: {hl.method} "
                  f"({level:.0%}); p: {wx.method} (one-sided, candidate lower)",
-                 "regression" if regressed else "pass",
+                 Verdict.REGRESSION if regressed else Verdict.PASS,
                  f"pooled AL {bal:.3f} -> {cal:.3f} ({pooled:+.1%}); requests with a lower "
                  f"/ higher candidate AL: {int((logr < 0).sum())} / {int((logr > 0).sum())} "
                  f"of {len(pairs)}; {figures}")
@@ -830,18 +807,18 @@ def chunk_coverage_check(wl: str, base: SideResult, cand: SideResult) -> Check |
               f"{n(got['baseline'][1])} / {n(got['candidate'][1])} (baseline / candidate)")
     silent = [n for n, (p, _) in got.items() if p is None]
     if silent:
-        return Check(wl, metric, unit, b, c, None, None, None, thr, method, "info",
+        return Check(wl, metric, unit, b, c, None, None, None, thr, method, Verdict.INFO,
                      f"not measured: the {' and '.join(silent)} reported no prefill-chunk "
                      "counts (a target that does not count them, or a run read back from "
                      "disk); reported, not judged")
     short = [n for n, (p, _) in got.items() if not p]
     if short:
-        return Check(wl, metric, unit, b, c, None, None, None, thr, method, "info",
+        return Check(wl, metric, unit, b, c, None, None, None, thr, method, Verdict.INFO,
                      f"not measured: no prompt ran in >= {want} prefill chunks on the "
                      f"{' and '.join(short)} (max_num_batched_tokens too large for the "
                      f"prompts?), so token agreement here says nothing about middle chunks; "
                      f"{counts}")
-    return Check(wl, metric, unit, b, c, c - b, None, None, thr, method, "pass", counts)
+    return Check(wl, metric, unit, b, c, c - b, None, None, thr, method, Verdict.PASS, counts)
 
 
 def cross_engine(base: SideResult, cand: SideResult) -> bool:
@@ -849,8 +826,8 @@ def cross_engine(base: SideResult, cand: SideResult) -> bool:
 
 
 def _not_gated(c: Check, why: str) -> Check:
-    if c.verdict in ("pass", "regression"):
-        c.verdict, c.note = "info", f"{why}; {c.note}" if c.note else why
+    if c.verdict in (Verdict.PASS, Verdict.REGRESSION):
+        c.verdict, c.note = Verdict.INFO, f"{why}; {c.note}" if c.note else why
     return c
 
 

@@ -19,6 +19,7 @@ from mrbench.contract import BadInput
 
 from .compare import LATENCY_SOURCES
 from .results import read_run
+from .run_record import RunVerdict, Verdict
 
 SCHEMA_VERSION = "1"
 DEFAULT_DB = Path("results") / "history.sqlite"
@@ -91,7 +92,7 @@ def record_of(manifest: dict, summary: dict, run_dir: Path
                     values[(wl, side, k)] = float(v)
     for c in summary["checks"]:
         if c["metric"] in LATENCY_SOURCES:    # did the run itself judge this latency?
-            judged = c["verdict"] in ("pass", "regression")
+            judged = c["verdict"] in (Verdict.PASS, Verdict.REGRESSION)
             values[(c["workload"], "candidate", f"{JUDGED}{c['metric']}")] = float(judged)
             if judged and isinstance(c.get("delta"), (int, float)):
                 # the run's candidate/baseline estimate, which later runs are judged against
@@ -159,9 +160,10 @@ def last_pass(db: Path, like: dict) -> str | None:
     """The newest passing run comparable with `like` (a run record), or None."""
     with closing(open_existing(db)) as con:
         where = " AND ".join(f"{k} IS ?" for k in GROUP_KEYS)
-        row = con.execute(f"SELECT run_dir FROM runs WHERE verdict = 'pass' AND {where} "
+        row = con.execute(f"SELECT run_dir FROM runs WHERE verdict = ? AND {where} "
                           "AND run_dir != ? ORDER BY created DESC, id DESC LIMIT 1",
-                          [like.get(k) for k in GROUP_KEYS] + [like.get("run_dir")]).fetchone()
+                          [RunVerdict.PASS] + [like.get(k) for k in GROUP_KEYS]
+                          + [like.get("run_dir")]).fetchone()
     return row[0] if row else None
 
 
@@ -174,9 +176,9 @@ def earlier_ratios(db: Path, like: dict, workload: str, metric: str, limit: int 
         where = " AND ".join(f"r.{k} IS ?" for k in GROUP_KEYS)
         rows = con.execute(
             f"SELECT r.run_dir, m.value FROM runs r JOIN metrics m ON m.run_id = r.id "
-            f"WHERE r.verdict = 'pass' AND r.faults = '[]' AND {where} AND r.run_dir != ? "
+            f"WHERE r.verdict = ? AND r.faults = '[]' AND {where} AND r.run_dir != ? "
             f"AND m.workload = ? AND m.side = 'candidate' AND m.metric = ? "
             f"ORDER BY r.created DESC, r.id DESC LIMIT ?",
-            [like.get(k) for k in GROUP_KEYS] + [like.get("run_dir"), workload,
+            [RunVerdict.PASS] + [like.get(k) for k in GROUP_KEYS] + [like.get("run_dir"), workload,
                                                   f"{RATIO}{metric}", limit]).fetchall()
     return [(d, v) for d, v in reversed(rows)]

@@ -22,7 +22,8 @@ from typing import Callable
 import numpy as np
 
 from . import history, stats
-from .compare import LATENCY_SOURCES, Check
+from .compare import LATENCY_SOURCES
+from .run_record import Check, Verdict
 from .suite import Thresholds
 
 MIN_RUNS = 3                 # earlier ratios the prediction test needs (2 df)
@@ -40,7 +41,8 @@ def ratio_checks(checks: list[dict], like: dict, db: Path,
     """One check per judged latency check of the run: its ratio against the history's."""
     out = []
     for c in checks:
-        if c["metric"] not in LATENCY_SOURCES or c["verdict"] not in ("pass", "regression") \
+        if c["metric"] not in LATENCY_SOURCES \
+                or c["verdict"] not in (Verdict.PASS, Verdict.REGRESSION) \
                 or c.get("delta") is None:
             continue
         wl, metric = c["workload"], c["metric"]
@@ -51,12 +53,14 @@ def ratio_checks(checks: list[dict], like: dict, db: Path,
         now = 1 + c["delta"]
         if not db.is_file():
             out.append(Check(wl, metric + SUFFIX, "ratio", None, now, None, None, None, thr,
-                             "-", "info", f"not measured: no history at {db} yet").to_dict())
+                             "-", Verdict.INFO,
+                             f"not measured: no history at {db} yet").to_dict())
             continue
         earlier = history.earlier_ratios(db, like, wl, metric)
         if len(earlier) < MIN_RUNS:
             out.append(Check(wl, metric + SUFFIX, "ratio", None, now, None, None, None, thr,
-                             "-", "info", f"not measured: {len(earlier)} earlier clean passing "
+                             "-", Verdict.INFO,
+                             f"not measured: {len(earlier)} earlier clean passing "
                              f"comparable run{'s' * (len(earlier) != 1)} with this ratio in "
                              f"{db}; the test needs {MIN_RUNS}").to_dict())
             continue
@@ -66,9 +70,10 @@ def ratio_checks(checks: list[dict], like: dict, db: Path,
         shift = math.expm1(x - float(np.mean(logs)))
         before = math.exp(float(np.mean(logs)))
         if bar is None or math.isnan(t.p_value):
-            verdict = "info"
+            verdict = Verdict.INFO
         else:
-            verdict = "regression" if t.p_value < th.alpha and shift > bar else "pass"
+            verdict = (Verdict.REGRESSION if t.p_value < th.alpha and shift > bar
+                       else Verdict.PASS)
         out.append(Check(
             wl, metric + SUFFIX, "ratio", before, now, shift, None, t.p_value, thr,
             f"this run's candidate/baseline {metric} against the geometric mean of "

@@ -8,6 +8,7 @@ from mrbench.contract import BadInput
 from .campaign import fault_status
 from .formatting import fmt_num, fmt_p
 from .results import read_campaign, read_run
+from .run_record import Verdict
 
 
 def run_markdown(run_dir: Path) -> str:
@@ -17,11 +18,11 @@ def run_markdown(run_dir: Path) -> str:
              + (f", faults {s.get('candidate_faults')}" if s.get("candidate_faults") else ""),
              "", "| workload | metric | baseline | candidate | delta | p | verdict |",
              "|---|---|---|---|---|---|---|"]
-    checks = sorted(s["checks"], key=lambda c: c["verdict"] != "regression")
+    checks = sorted(s["checks"], key=lambda c: c["verdict"] != Verdict.REGRESSION)
     for c in checks:
-        if c["verdict"] == "info":
+        if c["verdict"] == Verdict.INFO:
             continue
-        v = "**REGRESSION**" if c["verdict"] == "regression" else c["verdict"]
+        v = "**REGRESSION**" if c["verdict"] == Verdict.REGRESSION else c["verdict"]
         lines.append(f"| {c['workload']} | {c['metric']} | {fmt_num(c['baseline'])} | "
                      f"{fmt_num(c['candidate'])} | {fmt_num(c['delta'], signed=True)} | "
                      f"{fmt_p(c['p_value'])} | {v} |")

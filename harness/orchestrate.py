@@ -19,11 +19,12 @@ from mrbench.workloads import get_workload
 from . import builds, engine_plan, history, history_gate, interrupts, progress, references
 from .collectors.agreement import first_divergence
 from .compare import compare, latency_summary
-from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, RunInterrupted
 from .engine_bank import BankSettings, EngineBank
+from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, RunInterrupted
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress
 from .results import RunWriter, check_out, environment
+from .run_record import RunVerdict, Verdict
 from .suite import Suite
 from .targets.base import Footprint, SideSpec, Unsupported, get_target, side_label
 from .worker import DEFAULT_CALL_TIMEOUT_S
@@ -117,14 +118,14 @@ def _attach_log(fail: dict, log: Path | None) -> None:
         fail["engine_log"] = f"engine-logs/{log.name}"
 
 
-def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[str, int]:
+def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[RunVerdict, int]:
     """A failed side, or a check that could not measure what it gates ("not measured"),
     is an error (exit 3): never a pass."""
-    if failures or any(c["verdict"] == "error" for c in checks):
-        return "error", EXIT_RUN_FAILED
-    if any(c["verdict"] == "regression" for c in checks):
-        return "regression", EXIT_REGRESSION
-    return "pass", EXIT_PASS
+    if failures or any(c["verdict"] == Verdict.ERROR for c in checks):
+        return RunVerdict.ERROR, EXIT_RUN_FAILED
+    if any(c["verdict"] == Verdict.REGRESSION for c in checks):
+        return RunVerdict.REGRESSION, EXIT_REGRESSION
+    return RunVerdict.PASS, EXIT_PASS
 
 
 def _interrupted(current: str | None, finished: list[str], ordered: list, failures: list,
@@ -361,7 +362,7 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                                                         suite.thresholds_for(entry.id), ref)]
                     checks += new
                     bad = [f"{c['metric']} {c['verdict']}" for c in new
-                           if c["verdict"] in ("regression", "error")]
+                           if c["verdict"] in (Verdict.REGRESSION, Verdict.ERROR)]
                     prog.line(f"{wid}: {len(new)} checks" + (f"; {', '.join(bad)}" if bad
                                                               else ", no regression"))
                 finished.append(wid)

@@ -26,6 +26,7 @@ from .compile_cache import describe_start
 from .formatting import as_float, fmt_ci, fmt_num, fmt_p, is_missing
 from .html import environment, fig_to_data_uri, write_atomic
 from .results import UnreadableTable, check_format, read_table
+from .run_record import RunVerdict, Verdict
 from .stats import proportion_ci_wilson
 
 __all__ = ["render_report"]
@@ -202,7 +203,7 @@ def _plot_p99(workload: str, checks: list[dict]):
     for ax, c in zip(axes.flat, rows):
         base, cand = as_float(c.get("baseline")), as_float(c.get("candidate"))
         delta = as_float(c.get("delta"))
-        regressed = c.get("verdict") == "regression"
+        regressed = c.get("verdict") == Verdict.REGRESSION
         colors = [SIDE_COLORS["baseline"], REGRESSION_COLOR if regressed else SIDE_COLORS["candidate"]]
         vals = [base if base is not None else 0.0, cand if cand is not None else 0.0]
         ax.bar([0, 1], vals, color=colors, width=0.6)
@@ -486,9 +487,9 @@ def _build_context(run_dir: Path) -> dict:
 
     checks = [c for c in (summary.get("checks") or []) if isinstance(c, dict)]
     failures = [f for f in (summary.get("failures") or []) if isinstance(f, dict)]
-    verdict = str(summary.get("verdict") or "error")
-    if verdict not in ("pass", "regression", "error", "imported"):   # imported: no gate ran
-        verdict = "error"
+    verdict = str(summary.get("verdict") or RunVerdict.ERROR)
+    if verdict not in tuple(RunVerdict):    # a run verdict this mrbench does not know
+        verdict = RunVerdict.ERROR
 
     requests = _read_table(run_dir, "requests")
     itl = _read_table(run_dir, "itl")
@@ -532,7 +533,7 @@ def _build_context(run_dir: Path) -> dict:
         "interrupted": summary.get("interrupted") if isinstance(summary.get("interrupted"),
                                                                 dict) else None,
         "checks": [_check_row(c) for c in checks],
-        "n_regressions": sum(1 for c in checks if c.get("verdict") == "regression"),
+        "n_regressions": sum(1 for c in checks if c.get("verdict") == Verdict.REGRESSION),
         "workloads": workloads,
         "manifest": manifest_text,
         "manifest_error": manifest_err,

@@ -39,7 +39,7 @@ FAULTS: dict[str, Fault] = {
     )
 }
 
-# Later MRv2 bugs outside the five classes of bug-classes.md, kept to prove the checks that
+# Later MRv2 bugs outside the five bug classes (docs/checks.md), kept to prove the checks that
 # cover them (chunked prefill, sampling, acceptance). Each is a real pre-fix code path too,
 # selected with `--fault NAME`; none is in the default catch matrix (`FAULTS`), which stays
 # the five historic classes (and the CI's time budget).

@@ -25,6 +25,7 @@ import numpy as np
 from mrbench.contract import BadInput
 from mrbench.harness.campaign import clean_runs_only, finished_runs
 from mrbench.harness.regate import first_waves
+from mrbench.harness.run_record import Verdict
 from mrbench.harness.stats import mean_diff_welch
 from mrbench.harness.suite import load_suite
 
@@ -50,7 +51,7 @@ def estimates(runs: list[tuple[Path, dict]]) -> dict[str, dict[str, list[tuple[f
             if c["metric"].endswith("_ms") and isinstance(c.get("delta"), (int, float)):
                 key = f"{c['workload']}/{c['metric']}"
                 out.setdefault(key, {o: [] for o in ORDERS})[order].append(
-                    (float(c["delta"]), c["verdict"] == "regression"))
+                    (float(c["delta"]), c["verdict"] == Verdict.REGRESSION))
     return out
 
 

@@ -15,11 +15,13 @@ from .. import builds, canary
 from ..affinity import pin_cpus
 from ..formatting import fmt_num, fmt_p
 from ..orchestrate import Isolation, Overrides
+from ..run_record import Verdict
 from ..suite import Suite, load_suite, shipped_suites, single_workload_suite
 from ..targets.base import TARGETS, SideSpec
 
 
-def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2") -> None:
+def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2",
+                baseline_default: str = "v1") -> None:
     """The options of every command that runs a suite (run, faults, calibrate, power)."""
     p.add_argument("--target", default="bundled",
                    help="engine of a side named without one: bundled (default) or vllm")
@@ -28,9 +30,9 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                         f"vllm:v2, bundled:v1, vllm@/venvs/pr:v2; BUILD: a virtualenv, a "
                         f"Python, or a site folder with vllm/; default "
                         f"{candidate_default or 'the baseline'})")
-    p.add_argument("--baseline", default="v1",
+    p.add_argument("--baseline", default=baseline_default,
                    help="baseline runner, RUNNER, TARGET:RUNNER or TARGET@BUILD:RUNNER "
-                        "(default v1)")
+                        f"(default {baseline_default})")
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", help="model directory (default: the target's bundled model)")
     p.add_argument("--dataset", help="GSM8K JSONL path (or hf:openai/gsm8k when online)")
@@ -166,7 +168,7 @@ def print_summary(summary: dict, path: Path, as_json: bool) -> None:
         rows.append((c["workload"], c["metric"], fmt_num(c["baseline"]),
                      fmt_num(c["candidate"]), fmt_num(c["delta"], signed=True),
                      fmt_p(c["p_value"]), c["verdict"].upper()
-                     if c["verdict"] == "regression" else c["verdict"]))
+                     if c["verdict"] == Verdict.REGRESSION else c["verdict"]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
