@@ -79,7 +79,8 @@ class SlowStep:
         device still running the forward just launched (a CUDA graph replay returns at
         once) and hid, leaving only the GPU spin, whose length rides on a clock learned
         once: on the lent H200 slow-step:7.6 then moved the median step by +1.8 % to +9.3 %
-        from run to run (docs/detection-power.md, "The ruler hid behind the GPU")."""
+        from run to run (docs/notes/gpu-quick-gate-studies.md, "The ruler hid behind the
+        GPU")."""
         cls = step_class(key)
         base = self.base_ms.get(cls)
         added = 0.0

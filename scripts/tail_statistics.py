@@ -20,7 +20,7 @@ slow-step size), how often each flagged and what it estimated:
 - `decode: ...`: the wave P99 of the decode steps alone. A wave of the H100's gsm8k entry
   has ~215 decode steps of ~1 ms and 2 prefills of 5-26 ms: the plain P99 is a decode
   step, while the Harrell-Davis weights reach the two prefills, so over all steps it
-  measures mostly them (docs/detection-power.md, "The canary on the H100").
+  measures mostly them (docs/notes/gpu-quick-gate-studies.md, "The canary on the H100").
 A clean run's flag is a false alarm; a ruler run's a detection. Judged on the same runs
 that suggest it, so a winner here still needs its own A/A and ruler study.
 
