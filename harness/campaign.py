@@ -28,7 +28,8 @@ from mrbench.contract import BadInput
 from . import formatting, interrupts, stats
 from .compare import LATENCY_SOURCES
 from .engine_bank import EngineBank
-from .orchestrate import Isolation, Overrides, run_suite
+from .orchestrate import Isolation, Overrides, overall_verdict, run_suite
+from .regate import first_waves
 from .results import RESULTS_FORMAT, check_out, environment, write_json
 from .run_record import RunVerdict, Verdict
 from .suite import Suite, Thresholds
@@ -144,7 +145,8 @@ def calibrate(suite: Suite, base: SideSpec, cand: SideSpec, n: int,
 
 def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
     """calibration.json's body from A/A runs' (summary, exit code): also what a campaign cut
-    off before its end is read back with (scripts/calibration_from_runs.py)."""
+    off before its end is read back with (`mrbench calibrate --from-runs`, read_back)."""
+    one_comparison(runs)
     per: dict[str, dict] = defaultdict(lambda: dict(alarms=0, runs=0, deltas=[], ci_hi=[],
                                                     threshold=None, shift=[]))
     rows = []
@@ -195,8 +197,12 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
 def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, dict]]:
     """Every finished run's (directory, summary) under `dirs`, also inside a campaign's
     hidden `.NAME.*` directory: the pieces of a study that GPU leases cut off, read back by
-    scripts/calibration_from_runs.py and scripts/power_from_runs.py. BadInput (one line)
-    when there is none, a summary is not JSON, or no run is of `suite`."""
+    `mrbench calibrate --from-runs` and `mrbench power --from-runs` (read_back). BadInput
+    (one line) when a directory is missing, there is no run, a summary is not JSON, or no
+    run is of `suite`."""
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:         # else a mistyped piece of a study would be left out without a word
+        raise BadInput(f"no such directory: {', '.join(missing)}")
     files = sorted(f for d in dirs for f in d.glob("**/summary.json"))
     if not files:
         raise BadInput(f"no run summary.json under {', '.join(map(str, dirs))}")
@@ -226,6 +232,63 @@ def clean_runs_only(runs: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
         raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
                        f"an A/A study takes clean runs only")
     return runs
+
+
+def one_comparison(runs: list[tuple[dict, int]]) -> None:
+    """BadInput (one line) unless every run compared the same suite, target, baseline and
+    candidate: runs read back from several directories may mix studies, and their counts
+    together would describe none of them (a campaign's own runs always pass)."""
+    kinds = {(s.get("suite"), s.get("target"), s.get("baseline"), s.get("candidate"))
+             for s, _ in runs}
+    if len(kinds) > 1:
+        raise BadInput("the runs are of different comparisons (suite, target, baseline, "
+                       f"candidate): {sorted(map(str, kinds))}")
+
+
+def read_back(dirs: list[Path], suite: Suite, waves: int | None = None,
+              clean_only: bool = False) -> list[tuple[dict, int]]:
+    """The finished runs under `dirs` (finished_runs) as (summary, exit code), the form a
+    campaign's aggregate takes, so that a campaign cut off or run in pieces over several
+    GPU leases is judged by the very function the finished campaign uses.
+
+    `waves`: each run re-judged on its first N waves alone (regate.first_waves), e.g. what
+    the suite's 96 waves would have shown of a 192-wave study. `clean_only`: an A/A study,
+    runs with candidate faults refused (clean_runs_only). The exit code is the gate's for
+    the run's checks and failures (orchestrate.overall_verdict), as the run itself gave
+    it. The runs come in the order of their paths, not a campaign's turns: only the rows'
+    `run` indices can differ from the finished campaign's result. BadInput (one line) as
+    finished_runs does, or for `waves` < 1."""
+    if waves is not None and waves < 1:       # before reading: not after a long read
+        raise BadInput(f"--waves must be at least 1, got {waves}")
+    found = finished_runs(dirs, suite)
+    if clean_only:
+        found = clean_runs_only(found)
+    if waves is not None:
+        found = [(d, first_waves(d, waves)) for d, _ in found]
+    return [(s, overall_verdict(s["checks"], s.get("failures") or [])[1]) for _, s in found]
+
+
+def _read_back_result(res: dict, dirs: list[Path], waves: int | None) -> dict:
+    """A read-back aggregate as a campaign's result file holds it (results_format, so that
+    results.read_campaign reads it), with where its runs came from in place of the
+    environment (the runs' own manifests hold theirs)."""
+    return dict(res, read_back=dict(dirs=[str(d) for d in dirs], waves=waves),
+                results_format=RESULTS_FORMAT)
+
+
+def read_back_calibration(dirs: list[Path], suite: Suite, waves: int | None = None) -> dict:
+    """calibration.json's body from the finished clean runs under `dirs` (read_back): a
+    calibrate campaign's runs, or a power study's clean runs; ruler runs are refused."""
+    return _read_back_result(
+        aggregate_calibration(suite, read_back(dirs, suite, waves, clean_only=True)),
+        dirs, waves)
+
+
+def read_back_power(dirs: list[Path], suite: Suite, waves: int | None = None) -> dict:
+    """power.json's body from the finished clean and slow-step runs under `dirs`
+    (read_back), told apart by the candidate's recorded faults (ruler_pct)."""
+    return _read_back_result(aggregate_power(suite, read_back(dirs, suite, waves)),
+                             dirs, waves)
 
 
 POWER_TARGET = 0.80       # the detection rate a minimum detectable effect must reach
@@ -308,8 +371,8 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
     latency regression is a detection). The settings take turns (clean, then each PCT, n
     rounds), so a drift of the machine over the campaign falls on every setting alike, and
     a campaign cut off part-way (a GPU lease taken back) leaves every setting measured
-    about as often; `scripts/power_from_runs.py` reads such pieces back
-    (aggregate_power)."""
+    about as often; `mrbench power --from-runs` reads such pieces back (read_back,
+    aggregate_power)."""
 
     def body(camp: _Campaign) -> tuple[str, dict]:
         runs = []
@@ -339,16 +402,12 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                     pcts: list[float] | None = None) -> dict:
     """power.json's body from runs' (summary, exit code), clean and slow-step:PCT mixed,
     any number of each: a finished campaign, or the pieces of one that several GPU leases
-    ran (scripts/power_from_runs.py). Per latency check: false alarms over the clean runs
+    ran (`mrbench power --from-runs`). Per latency check: false alarms over the clean runs
     that carried it, detections over each PCT's runs that carried it (Wilson 95 % CIs),
     the MDE (smallest PCT detected in >= POWER_TARGET of its runs, as is every larger one),
     what each PCT moved (realized_pct), and the clean runs' shift-model projection beside
     it, so the projection can be checked against the ruler."""
-    kinds = {(s.get("suite"), s.get("target"), s.get("baseline"), s.get("candidate"))
-             for s, _ in runs}
-    if len(kinds) > 1:
-        raise BadInput("the runs are of different comparisons (suite, target, baseline, "
-                       f"candidate): {sorted(map(str, kinds))}")
+    one_comparison(runs)
     plans = [ruler_pct(s) for s, _ in runs]
     pcts = sorted({p for p in plans if p is not None} if pcts is None else set(pcts))
     per: dict[str, dict] = defaultdict(lambda: dict(aa=0, aa_runs=0, det=defaultdict(int),

@@ -15,7 +15,18 @@ from . import (
     interrupts,
     targets,  # noqa: F401  (registers the targets, plugins of MRBENCH_TARGET_MODULES too)
 )
-from .commands import calibrate, compare, faults, history, import_bench, power, report, run, steps
+from .commands import (
+    calibrate,
+    compare,
+    data,
+    faults,
+    history,
+    import_bench,
+    power,
+    report,
+    run,
+    steps,
+)
 from .commands import list as list_
 from .commands.common import run_options
 from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
@@ -23,7 +34,7 @@ from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 COMMANDS = {"run": run.main, "faults": faults.main, "calibrate": calibrate.main,
             "power": power.main, "steps": steps.main, "history": history.main,
             "import-bench": import_bench.main, "compare": compare.main, "report": report.main,
-            "list": list_.main}
+            "list": list_.main, "data": data.main}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,9 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("calibrate", help="A/A: the suite N times with no change; false alarms")
     k.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
     run_options(k, candidate_default=None)
-    k.add_argument("-n", type=int, default=10, help="number of runs (default 10)")
+    k.add_argument("-n", type=int, default=None, help="number of runs (default 10)")
     k.add_argument("--max-rate", type=float, default=0.10,
                    help="exit 1 if any check's false-alarm rate is above this (default 0.10)")
+    calibrate.add_from_runs_options(k)
 
     pw = sub.add_parser("power", help="detection power: the suite clean and with slow-step:PCT "
                                       "on the candidate, N runs each; the minimum detectable "
@@ -72,9 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     pw.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
     run_options(pw, candidate_default=None,
                 baseline_default="v2")       # the ruler lives in V2: A/A on V2 by default
-    pw.add_argument("-n", type=int, default=5, help="runs per setting (default 5)")
-    pw.add_argument("--pcts", default="10,25,50",
+    pw.add_argument("-n", type=int, default=None, help="runs per setting (default 5)")
+    pw.add_argument("--pcts", default=None,
                     help="slow-step sizes, %% of the measured engine step (default 10,25,50)")
+    power.add_from_runs_options(pw)
 
     st = sub.add_parser("steps", help="record a scheduler-step trace, or replay one on a runner")
     ssub = st.add_subparsers(dest="steps_cmd", required=True, parser_class=_Parser)
@@ -137,6 +150,17 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="workloads, suites, targets and faults")
     ls.add_argument("--json", action="store_true")
+
+    d = sub.add_parser("data", help="the data files each suite reads, where they were found "
+                                    "and where they come from; `data fetch` downloads them")
+    d.add_argument("--json", action="store_true")
+    dsub = d.add_subparsers(dest="data_cmd", parser_class=_Parser)
+    df = dsub.add_parser("fetch", help="download the full data sets (needs a network)")
+    df.add_argument("files", nargs="*", metavar="FILE",
+                    help="data files to fetch, as `mrbench data` names them (default: all)")
+    df.add_argument("--dest", type=Path,
+                    help="folder to write (default $MRBENCH_DATA_DIR, else ~/.cache/mrbench/"
+                         "data, where runs look for it)")
     return p
 
 

@@ -7,8 +7,8 @@ first workload. The bank closes every engine outside the group (its memory is ne
 keeps those inside it that are already resident while their peers are too (a campaign
 whose sides both stay unchanged: `calibrate` starts each side's engines once; an engine
 kept across runs is never measured against a freshly started peer, `_older_than_peers`
-says why), and starts the rest, up to `starts_at_once` together: each engine is sent "open" and answered as it
-finishes (harness.worker.PendingOpen). Every start is recorded: when it began and ended,
+says why), and starts the rest, up to `starts_at_once` together: each engine is sent "open"
+and answered as it finishes (harness.worker.PendingOpen). Every start is recorded: when it began and ended,
 how many other starts it overlapped, and what it wrote to the kernel-compile caches.
 
 Rebuilding (harness.compile_cache says why): an engine whose start wrote to those caches is

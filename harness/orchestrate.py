@@ -199,8 +199,9 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
               history_db: Path | None = None) -> tuple[dict, int, Path]:
     """Run `suite`, write it to `out`: (summary, exit code, path). `bank`: engines lent by
     a campaign, kept resident after the run for its next one (while both sides stay
-    unchanged); without one, the run's engines are closed at its end. `history_db`: also judge each latency
-    ratio against the earlier passing comparable runs' there (harness.history_gate)."""
+    unchanged); without one, the run's engines are closed at its end. `history_db`: also
+    judge each latency ratio against the earlier passing comparable runs' there
+    (harness.history_gate)."""
     iso = isolation or Isolation()
     if not 0 < iso.gpu_memory_utilization <= 0.95:
         raise BadInput(f"--gpu-memory-utilization must be in (0, 0.95], got "

@@ -87,7 +87,8 @@ def first_waves(run: Path, n: int) -> dict:
     (requests, itl, steps) keep their rows of waves < n; the profiled pass's tables (op,
     sync and audit counts) and the tokens are the whole run's, judged as recorded. A table
     the run did not keep (a power study's packed runs leave itl.csv out) is "not measured"
-    as it would be in the run. BadInput when a workload has fewer than `n` waves or a timed
+    as it would be in the run. The verdict is the gate's on these checks (a campaign's
+    aggregate counts it). BadInput when a workload has fewer than `n` waves or a timed
     table without a wave column."""
     if n < 1:
         raise BadInput(f"--waves must be at least 1, got {n}")
@@ -110,4 +111,5 @@ def first_waves(run: Path, n: int) -> dict:
             sides[side] = res
         checks += [c.to_dict() for c in compare(w, sides["baseline"], sides["candidate"],
                                                 recorded_thresholds(m, w))]
-    return dict(s, checks=checks, waves=n)
+    verdict, _ = overall_verdict(checks, s.get("failures") or [])
+    return dict(s, checks=checks, verdict=verdict, waves=n)

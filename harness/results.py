@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 
 from mrbench.contract import BadInput, SideResult
+from mrbench.contract.paths import data_origin
 
 from . import canary
 from .affinity import current_affinity
@@ -93,8 +94,10 @@ def environment() -> dict[str, Any]:
     watch = canary.current()
     if watch is not None:
         dev["canary"] = asdict(watch.info)
+    origin, folder = data_origin()          # full sets, or the package's slices
     return dict(python=sys.version.split()[0], versions=versions, git_sha=sha, git_dirty=dirty,
-                device=dev, argv=sys.argv, created=datetime.now(timezone.utc).isoformat())
+                device=dev, argv=sys.argv, created=datetime.now(timezone.utc).isoformat(),
+                data=dict(origin=origin, dir=str(folder)))
 
 
 def _clean(x: Any) -> Any:

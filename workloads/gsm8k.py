@@ -23,6 +23,8 @@ from mrbench.contract import (
     Session,
     SideResult,
     WorkloadBase,
+    check_rows,
+    data_dir,
 )
 
 from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
@@ -34,7 +36,9 @@ class Params(BaseModel):
     mode: Literal["colocated", "pd"] = "colocated"
     seed: int = HELD_OUT_SEEDS[0]          # problem-generator seed (never a training seed)
     limit: int = Field(64, ge=1)
-    dataset: str | None = None             # JSONL path or hf:<repo>; None = generated
+    dataset: str | None = None             # JSONL path (a relative one also under the data
+                                           # directory: gsm8k/test.jsonl), hf:<repo>, or None
+                                           # (generated)
     max_tokens: int = Field(320, ge=1)
     max_num_seqs: int = Field(16, ge=1)
     max_num_batched_tokens: int = Field(2048, ge=16)
@@ -77,6 +81,7 @@ def _load_jsonl(path: Path, limit: int) -> list[Item]:
                 break
     if not items:
         raise BadInput(f"dataset {path} has no problems")
+    check_rows(path, len(items), limit)
     return items
 
 
@@ -115,7 +120,10 @@ class GSM8K(WorkloadBase):
             return [Item(q.question, q.answer) for q in generate(p.seed, p.limit)]
         if p.dataset.startswith("hf:"):
             return _load_hub(p.dataset[3:], p.limit)
-        return _load_jsonl(Path(p.dataset), p.limit)
+        path = Path(p.dataset).expanduser()
+        if not path.exists() and not path.is_absolute() and (data_dir() / path).exists():
+            path = data_dir() / path           # e.g. gsm8k/test.jsonl in the data directory
+        return _load_jsonl(path, p.limit)
 
     def source(self, p: Params) -> str:
         return p.dataset or f"generated:seed={p.seed}"

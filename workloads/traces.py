@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from mrbench.contract import BadInput, data_dir
+from mrbench.contract import BadInput, check_rows, data_dir
 
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -66,6 +66,7 @@ def load_mooncake(path: str | Path, limit: int | None = None) -> list[TraceReque
         rows.append(_mooncake_row(text, f"trace {path}:{lineno}"))
         if limit is not None and len(rows) >= limit:
             break
+    check_rows(path, len(rows), limit)
     return _finish(path, rows, units_per_s=1000)
 
 
@@ -95,6 +96,7 @@ def load_azure(path: str | Path, limit: int | None = None) -> list[TraceRequest]
                      _csv_count(gen, "GeneratedTokens", where), ()))
         if limit is not None and len(rows) >= limit:
             break
+    check_rows(path, len(rows), limit)
     return _finish(path, rows, units_per_s=10**9)
 
 

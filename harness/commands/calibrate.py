@@ -1,31 +1,70 @@
-"""`mrbench calibrate`: A/A, the suite N times with no change; false alarms per check."""
+"""`mrbench calibrate`: A/A, the suite N times with no change; false alarms per check. With
+--from-runs, the same judgement of finished runs (a campaign cut off, or run in pieces)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from ..campaign import calibrate, fmt_rate
+from ..campaign import calibrate, fmt_rate, read_back_calibration
 from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
 from ..formatting import fmt_exceedance, fmt_heterogeneity, fmt_projected_mde
 from ..results import default_out
-from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
+from .common import (
+    check_from_runs,
+    from_runs_options,
+    isolation_of,
+    named_suite,
+    print_campaign_json,
+    render_campaign_reports,
+    suite_and_sides,
+    write_campaign_result,
+)
+
+DEFAULT_RUNS = 10
 
 
 def main(a: argparse.Namespace) -> int:
-    if a.n < 1:
-        raise BadInput(f"-n must be >= 1, got {a.n}")
     if not 0 <= a.max_rate <= 1:
         raise BadInput(f"--max-rate must be in [0, 1], got {a.max_rate}")
+    check_from_runs(a, {"-n": a.n})
+    if a.from_runs is not None:
+        return from_runs(a)
+    n = DEFAULT_RUNS if a.n is None else a.n
+    if n < 1:
+        raise BadInput(f"-n must be >= 1, got {n}")
     suite, base, cand, overrides = suite_and_sides(a)
     out = a.out or default_out(f"calibrate-{suite.name}")
-    res, path = calibrate(suite, base, cand, a.n, overrides, out, isolation=isolation_of(a))
+    res, path = calibrate(suite, base, cand, n, overrides, out, isolation=isolation_of(a))
     render_campaign_reports(path, "calibrate", res)
+    return _finish(a, res, path)
+
+
+def add_from_runs_options(p: argparse.ArgumentParser) -> None:
+    """calibrate's --from-runs and --waves (common.from_runs_options)."""
+    from_runs_options(p, "calibration.json")
+
+
+def from_runs(a: argparse.Namespace) -> int:
+    """The campaign's result from the finished runs under --from-runs (nothing runs):
+    printed, and with --out written as a campaign writes it, for a calibration that GPU
+    leases cut off or ran in pieces."""
+    res = read_back_calibration(a.from_runs, named_suite(a.what), a.waves)
+    path = None if a.out is None else \
+        write_campaign_result(a.out, "calibration.json", "calibrate", res)
+    return _finish(a, res, path)
+
+
+def _finish(a: argparse.Namespace, res: dict, path: Path | None) -> int:
+    """Print the result (table or --json) and give the exit code: 3 when a run erred, 1
+    when a check's false-alarm rate is above --max-rate."""
     if a.json:
         print_campaign_json(res)
     else:
         print_calibration(res)
-        print(f"results: {path}")
+        if path is not None:
+            print(f"results: {path}")
     if res["errors"]:
         return EXIT_RUN_FAILED
     return EXIT_PASS if res["max_rate"] <= a.max_rate else EXIT_REGRESSION

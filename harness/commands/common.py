@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from mrbench.contract import BadInput
@@ -15,6 +17,7 @@ from .. import builds, canary
 from ..affinity import pin_cpus
 from ..formatting import fmt_num, fmt_p
 from ..orchestrate import Isolation, Overrides
+from ..results import check_out, write_json
 from ..run_record import Verdict
 from ..suite import Suite, load_suite, shipped_suites, single_workload_suite
 from ..targets.base import TARGETS, SideSpec
@@ -130,12 +133,74 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
                      cold_engines=a.cold_engines or Isolation.cold_engines)
 
 
-def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
-                    ) -> tuple[Suite, SideSpec, SideSpec, Overrides]:
-    """The suite the positional names make (shipped suites, YAML paths, workload names;
-    several are joined), the baseline and candidate sides, and the CLI overrides."""
+def from_runs_options(p: argparse.ArgumentParser, result: str) -> None:
+    """The options of a campaign command (calibrate, power) that read finished runs back
+    instead of running: a campaign cut off, or run in pieces over several GPU leases."""
+    p.add_argument("--from-runs", nargs="+", type=Path, metavar="DIR",
+                   help="run nothing: judge the finished runs under these directories (also "
+                        "inside a campaign's hidden .NAME.* directory) as the campaign would; "
+                        "SUITE names what they ran (its bars); writes only with --out "
+                        f"({result} and report.html)")
+    p.add_argument("--waves", type=int, metavar="N",
+                   help="with --from-runs: judge each run on its first N waves alone")
+
+
+def check_from_runs(a: argparse.Namespace, run_only: dict[str, object]) -> None:
+    """BadInput (one line) for options that do not go with --from-runs or without it:
+    `run_only` maps the campaign's own flags (e.g. -n) to their values, None when not given
+    (reading runs back runs none, so a count given there would be ignored without a word).
+    An --out that could not be filled is refused here too, before any run is read."""
+    if a.from_runs is None:
+        if a.waves is not None:
+            raise BadInput("--waves goes with --from-runs (it re-judges finished runs)")
+        return
+    given = [flag for flag, value in run_only.items() if value is not None]
+    if given:
+        raise BadInput(f"{given[0]} runs a campaign; --from-runs reads finished runs back "
+                       f"and runs none: give one or the other")
+    if a.out is not None:
+        check_out(a.out)
+
+
+def write_campaign_result(out: Path, filename: str, kind: str, res: dict) -> Path:
+    """A campaign's result directory from a result read back from runs (campaign.read_back):
+    `filename` (calibration.json or power.json) and report.html, as a campaign writes
+    them, and for a power study each figure as a PNG beside them (for docs). Written in a
+    hidden directory beside `out` and renamed into place only when whole, so a failure
+    leaves nothing half-written; `out` must be missing or empty (check_out)."""
+    check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_json(tmp / filename, res)
+        render_campaign_reports(tmp, kind, res)
+        if kind == "power":
+            _save_power_figures(tmp, res)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _save_power_figures(out: Path, res: dict) -> None:
+    """Each figure of a power study's report as `out`/NAME.png (power-curve, estimates)."""
+    import matplotlib.pyplot as plt  # lazy, as render_campaign_reports
+
+    from ..campaign_report import power_figures
+    from ..html import DPI
+    for name, fig in power_figures(res).items():
+        fig.savefig(out / f"{name}.png", dpi=DPI, bbox_inches="tight")
+        plt.close(fig)
+
+
+def named_suite(what: list[str]) -> Suite:
+    """The suite the positional names make: shipped suites, YAML paths, workload names;
+    several are joined."""
     suites = []
-    for w in a.what:
+    for w in what:
         if w in known_workloads() and w not in shipped_suites():
             suites.append(single_workload_suite(w))
         else:
@@ -146,9 +211,17 @@ def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
         entries = [e for s in suites for e in s.workloads]
         ids = [e.id for e in entries]
         if len(set(ids)) != len(ids):
-            raise BadInput(f"workload ids repeat across {a.what}; run them separately")
+            raise BadInput(f"workload ids repeat across {what}; run them separately")
         suite = Suite(name="+".join(s.name for s in suites), thresholds=suites[0].thresholds,
                       workloads=entries)
+    return suite
+
+
+def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
+                    ) -> tuple[Suite, SideSpec, SideSpec, Overrides]:
+    """The suite the positional names make (named_suite), the baseline and candidate
+    sides, and the CLI overrides."""
+    suite = named_suite(a.what)
     if a.limit is not None and a.limit < 1:
         raise BadInput(f"--limit must be >= 1, got {a.limit}")
     seed = 0 if a.seed is None else a.seed

@@ -1,40 +1,79 @@
 """`mrbench power`: detection power, the suite clean and with slow-step:PCT, N runs each;
-the minimum detectable slowdown per latency check."""
+the minimum detectable slowdown per latency check. With --from-runs, the same judgement of
+finished runs (a study cut off, or run in pieces over several GPU leases)."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from ..campaign import power
+from ..campaign import power, read_back_power
 from ..errors import EXIT_PASS, EXIT_RUN_FAILED
 from ..formatting import fmt_exceedance, fmt_heterogeneity, fmt_realized
 from ..results import default_out
 from ..targets.base import get_target
-from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
+from .common import (
+    check_from_runs,
+    from_runs_options,
+    isolation_of,
+    named_suite,
+    print_campaign_json,
+    render_campaign_reports,
+    suite_and_sides,
+    write_campaign_result,
+)
+
+DEFAULT_RUNS = 5
+DEFAULT_PCTS = "10,25,50"
 
 
 def main(a: argparse.Namespace) -> int:
-    if a.n < 1:
-        raise BadInput(f"-n must be >= 1, got {a.n}")
+    check_from_runs(a, {"-n": a.n, "--pcts": a.pcts})
+    if a.from_runs is not None:
+        return from_runs(a)
+    n = DEFAULT_RUNS if a.n is None else a.n
+    if n < 1:
+        raise BadInput(f"-n must be >= 1, got {n}")
+    text = DEFAULT_PCTS if a.pcts is None else a.pcts
     try:
-        pcts = sorted({float(x) for x in a.pcts.split(",") if x.strip()})
+        pcts = sorted({float(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise BadInput(f"--pcts must be numbers separated by commas, got {a.pcts!r}") from None
+        raise BadInput(f"--pcts must be numbers separated by commas, got {text!r}") from None
     suite, base, cand, overrides = suite_and_sides(a)
     if not pcts:
         raise BadInput("--pcts is empty")
     for p in pcts:                         # the target's own check of the ruler
         get_target(cand.target).validate(replace(cand, faults=(f"slow-step:{p:g}",)))
     out = a.out or default_out(f"power-{suite.name}")
-    res, path = power(suite, base, cand, pcts, a.n, overrides, out, isolation=isolation_of(a))
+    res, path = power(suite, base, cand, pcts, n, overrides, out, isolation=isolation_of(a))
     render_campaign_reports(path, "power", res)
+    return _finish(a, res, path)
+
+
+def add_from_runs_options(p: argparse.ArgumentParser) -> None:
+    """power's --from-runs and --waves (common.from_runs_options)."""
+    from_runs_options(p, "power.json")
+
+
+def from_runs(a: argparse.Namespace) -> int:
+    """The study's result from the finished clean and ruler runs under --from-runs
+    (nothing runs; the sizes are those the runs carried): printed, and with --out written
+    as the command writes it, with each figure as a PNG beside report.html."""
+    res = read_back_power(a.from_runs, named_suite(a.what), a.waves)
+    path = None if a.out is None else write_campaign_result(a.out, "power.json", "power", res)
+    return _finish(a, res, path)
+
+
+def _finish(a: argparse.Namespace, res: dict, path: Path | None) -> int:
+    """Print the result (table or --json) and give the exit code: 3 when a run erred."""
     if a.json:
         print_campaign_json(res)
     else:
         print_power(res)
-        print(f"results: {path}")
+        if path is not None:
+            print(f"results: {path}")
     return EXIT_RUN_FAILED if res["errors"] else EXIT_PASS
 
 

@@ -6,10 +6,11 @@ and the harness can change how it drives engines without touching workloads.
 - the workload protocol and the driver the harness lends it (`Workload`, `Driver`);
 - result types (`SideResult`, `SideFailure`, `Batch`);
 - `BadInput`, the error for the user's mistakes;
-- `data_dir()`, where datasets and traces are read from.
+- `data_dir()`, where datasets and traces are read from (`check_rows`: a packaged slice
+  asked for more rows than it holds).
 """
 from .errors import BadInput
-from .paths import DATA_DIR_ENV, data_dir
+from .paths import DATA_DIR_ENV, check_rows, data_dir
 from .results import Batch, SideFailure, SideResult
 from .session import (
     AuditSample,
@@ -23,7 +24,7 @@ from .session import (
 from .workload import Driver, Outcome, Workload, WorkloadBase
 
 __all__ = [
-    "BadInput", "DATA_DIR_ENV", "data_dir", "Batch", "SideFailure", "SideResult",
+    "BadInput", "DATA_DIR_ENV", "check_rows", "data_dir", "Batch", "SideFailure", "SideResult",
     "AuditSample", "Completion", "EngineOptions", "Sampling", "Session", "Step",
     "TimedPrompt",
     "Driver", "Outcome", "Workload", "WorkloadBase",

@@ -20,12 +20,12 @@
 #            slow-step ruler at POWER_PCTS (default 5,7.6,20), POWER_N runs each (default 3),
 #            the settings in turn; a study larger than one lease: run it on each machine,
 #            pack with scripts/gpu/pack_runs.sh, read the pieces back together with
-#            scripts/power_from_runs.py
+#            mrbench power POWER_SUITE --from-runs DIR...
 #   aa       `calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n AA_N` (default 60):
 #            the false-alarm study of the entry that meets the power goals; a machine taken
 #            away keeps its finished runs in the hidden .aa.* directory: pack them while it
 #            runs with scripts/gpu/pack_runs.sh OUT_DIR/runs $OUT/aa.tgz, read them back here
-#            with scripts/calibration_from_runs.py gpu-quick:gsm8k DIR...
+#            with mrbench calibrate gpu-quick:gsm8k --from-runs DIR...
 #   reference `run quick --device cuda --save-reference`: this build's op counts (clean V2
 #            against V1 on every quick entry), copied to OUT_DIR/op-counts/
 #   faults   `faults quick --device cuda`: the catch matrix against those references, timed

@@ -4,7 +4,8 @@
 # run-NN, power's clean-NN and slowPCT-NN, faults' clean and fault directories); not the
 # HTML reports, the tokens or the engine logs. A machine goes back after 30 min held, and a
 # campaign writes its own JSON only at the end: poll with this, then read the pieces back
-# here with scripts/calibration_from_runs.py or scripts/power_from_runs.py.
+# here with `mrbench calibrate SUITE --from-runs DIR...` or `mrbench power SUITE --from-runs
+# DIR...`.
 # Usage: scripts/gpu/pack_runs.sh SRC_DIR DEST.tgz [NAME ...]
 #   NAME: the files to take from each run (default: summary.json manifest.json *.csv). A
 #   64-wave run's itl.csv is 12 MB (1.8 MB packed) and a file over 16 MB does not come

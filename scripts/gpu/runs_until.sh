@@ -6,7 +6,7 @@
 # Why not `mrbench power`: a device call ends at 10 minutes and a machine goes back after
 # 30, and a campaign killed mid-run loses that run and writes no power.json. Here every
 # call ends between runs, and the pieces of several calls and machines are read back
-# together with scripts/power_from_runs.py (the judgement is the same aggregate_power).
+# together with `mrbench power ENTRY --from-runs DIR...` (the command's own aggregate_power).
 #
 # Usage: scripts/gpu/runs_until.sh OUT_DIR TAG SECONDS [SETTINGS]
 #   TAG       prefix of the run directories (unique per call: m1c2 = machine 1, call 2)

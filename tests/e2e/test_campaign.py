@@ -55,3 +55,17 @@ def test_calibration_report(calibration):
         assert f'href="run-{i:02d}/report.html"' in html
         sub = (run / "report.html").read_text()
         assert f"run directory: <code>{run}</code>" in sub and "/.c." not in sub
+
+
+def test_calibration_read_back_from_its_runs_is_the_campaigns_own(calibration, capsys):
+    """`calibrate --from-runs` over a finished campaign's directory gives back the campaign's
+    result and exit code: the same aggregation of the same runs (a cut-off one is read the
+    same way, from its hidden directory)."""
+    code, out = calibration
+    capsys.readouterr()
+    again = main(["calibrate", str(out.parent / "tiny.yaml"), "--from-runs", str(out),
+                  "--json"])
+    res = json.loads(capsys.readouterr().out)
+    want = json.loads((out / "calibration.json").read_text())
+    assert again == code and res.pop("read_back") == {"dirs": [str(out)], "waves": None}
+    assert res == {k: v for k, v in want.items() if k != "environment"}

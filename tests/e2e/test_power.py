@@ -39,6 +39,18 @@ def test_power_reports_false_alarms_detection_and_the_mde(tmp_path, capsys):
     html = (out / "report.html").read_text()
     assert 'id="power-table"' in html and "power curve" in html and 'id="realized"' in html
     assert "MDE" in capsys.readouterr().out
+    # read back from its runs (as a study cut off or run in pieces is): the same result
+    back = tmp_path / "back"
+    assert main(["power", str(suite), "--from-runs", str(out), "--out", str(back)]) == 0
+    again = json.loads((back / "power.json").read_text())
+    assert again.pop("read_back") == {"dirs": [str(out)], "waves": None}
+
+    def unordered(rows: list[dict]) -> list[str]:    # read in path order, not in turns
+        return sorted(json.dumps(dict(r, run=None), sort_keys=True) for r in rows)
+    assert unordered(again.pop("runs")) == unordered(res["runs"])
+    assert again == {k: v for k, v in res.items() if k not in ("environment", "runs")}
+    assert 'id="power-table"' in (back / "report.html").read_text()
+    assert f"results: {back}" in capsys.readouterr().out
 
 
 def test_power_refuses_bad_sizes_in_one_line(tmp_path, capsys):

@@ -9,6 +9,8 @@ import pytest
 
 from mrbench.contract import BadInput
 from mrbench.harness.campaign import aggregate_power, ruler_pct
+from mrbench.harness.cli import main
+from mrbench.harness.results import read_campaign
 from mrbench.harness.suite import load_suite
 
 SUITE = load_suite("gpu-quick:gsm8k")
@@ -66,49 +68,89 @@ def test_a_setting_without_runs_is_not_measured_and_other_faults_are_refused():
         aggregate_power(SUITE, _runs() + [(other, 0)])
 
 
-def test_the_script_reads_pieces_of_a_study_from_several_directories(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "power_from_runs", Path(__file__).resolve().parents[2] / "scripts" / "power_from_runs.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    main = script.main
+def _write_runs(root: Path, place) -> None:
+    """_runs() as finished runs' summary.json files, each under root/place(i, summary)."""
     for i, (s, _) in enumerate(_runs()):
-        d = tmp_path / ("lease1" if i % 2 else "lease2") / ".power-x.abc" / f"r{i:02d}"
+        d = root / place(i, s) / f"r{i:02d}"
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps(s))
-    out = tmp_path / "power.json"
-    assert main(["gpu-quick:gsm8k", str(tmp_path / "lease1"), str(tmp_path / "lease2"),
-                 "--json", str(out)]) == 0
+
+
+def test_power_reads_back_the_pieces_of_a_study_from_several_directories(tmp_path, capsys):
+    """`mrbench power --from-runs`: the pieces of a study that several GPU leases ran, also
+    inside a campaign's hidden `.NAME.*` directory, judged as the command judges its own
+    runs; --out writes power.json, report.html and each figure as a PNG."""
+    _write_runs(tmp_path, lambda i, _: Path("lease1" if i % 2 else "lease2") / ".power-x.abc")
+    pieces = [str(tmp_path / "lease1"), str(tmp_path / "lease2")]
+    out = tmp_path / "study"
+    assert main(["power", "gpu-quick:gsm8k", "--from-runs", *pieces, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "clean 5, +5 % 4, +10 % 3" in text and "slow-step:5 moved median_step +5.2 %" in text
-    assert json.loads(out.read_text())["runs_per_plan"]["10"] == 3
-    rep = tmp_path / "report"
-    assert main(["gpu-quick:gsm8k", str(tmp_path / "lease1"), str(tmp_path / "lease2"),
-                 "--report", str(rep)]) == 0
-    assert 'id="estimates"' in (rep / "report.html").read_text()
+    assert f"results: {out}" in text
+    res = read_campaign(out, "power.json")       # a campaign's result, format checked
+    assert res["runs_per_plan"]["10"] == 3 and res["read_back"]["waves"] is None
+    in_read_order = _runs()[1::2] + _runs()[::2]         # lease1's runs, then lease2's
+    assert res == dict(aggregate_power(SUITE, in_read_order), results_format=1,
+                       read_back=dict(dirs=pieces, waves=None))
+    assert 'id="estimates"' in (out / "report.html").read_text()
     for png in ("power-curve.png", "estimates.png"):
-        assert (rep / png).read_bytes()[:4] == b"\x89PNG"
-    assert main(["gpu-quick:gsm8k", str(tmp_path / "none")]) == 2
-    assert "no run summary.json" in capsys.readouterr().err
-    assert main(["quick", str(tmp_path / "lease1")]) == 2       # same entry id, other suite
-    assert "not runs of quick" in capsys.readouterr().err
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    # --json: the JSON on stdout, as the command prints it
+    assert main(["power", "gpu-quick:gsm8k", "--from-runs", *pieces, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs_per_plan"] == {"clean": 5, "5": 4, "10": 3}
 
 
-def test_the_a_a_script_takes_a_power_studys_clean_runs_and_refuses_its_ruler_runs(
+@pytest.mark.parametrize("args, message", [
+    (["gpu-quick:gsm8k", "--from-runs", "{tmp}/empty"], "no run summary.json"),
+    (["gpu-quick:gsm8k", "--from-runs", "{tmp}/lease1", "{tmp}/nowhere"],
+     "no such directory: {tmp}/nowhere"),
+    (["quick", "--from-runs", "{tmp}/lease1"], "not runs of quick"),   # same entry id
+    (["gpu-quick:gsm8k", "--from-runs", "{tmp}/lease1", "{tmp}/other"],
+     "different comparisons"),
+    (["gpu-quick:gsm8k", "--from-runs", "{tmp}/lease1", "-n", "3"], "-n runs a campaign"),
+    (["gpu-quick:gsm8k", "--from-runs", "{tmp}/lease1", "--pcts", "5"], "--pcts runs"),
+    (["gpu-quick:gsm8k", "--from-runs", "{tmp}/lease1", "--waves", "0"], "at least 1"),
+    (["gpu-quick:gsm8k", "--waves", "96"], "--waves goes with --from-runs"),
+])
+def test_power_read_back_refuses_bad_input_in_one_line_writing_nothing(
+        tmp_path, capsys, args, message):
+    _write_runs(tmp_path, lambda i, _: "lease1")
+    (tmp_path / "empty").mkdir()
+    other = tmp_path / "other" / "r"
+    other.mkdir(parents=True)
+    (other / "summary.json").write_text(json.dumps(dict(_summary([], []), target="vllm")))
+    before = sorted(tmp_path.rglob("*"))
+    out = tmp_path / "out"
+    argv = ["power", *(x.format(tmp=tmp_path) for x in args), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message.format(tmp=tmp_path) in err, err
+    assert sorted(tmp_path.rglob("*")) == before          # no --out, no hidden piece of it
+
+
+def test_calibrate_read_back_takes_a_power_studys_clean_runs_and_refuses_its_ruler_runs(
         tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "calibration_from_runs",
-        Path(__file__).resolve().parents[2] / "scripts" / "calibration_from_runs.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    for i, (s, _) in enumerate(_runs()):
-        d = tmp_path / ("clean" if not s["candidate_faults"] else "ruler") / f"r{i:02d}"
-        d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps(s))
-    assert script.main(["gpu-quick:gsm8k", str(tmp_path / "clean")]) == 0
-    assert "5 runs of gpu-quick.gsm8k" in capsys.readouterr().out
-    assert script.main(["gpu-quick:gsm8k", str(tmp_path)]) == 2
+    """`mrbench calibrate --from-runs`: A/A runs only (a power study's clean runs are
+    that), the command's table and exit code: 1 when a rate is above --max-rate."""
+    _write_runs(tmp_path, lambda i, s: "ruler" if s["candidate_faults"] else "clean")
+    clean = str(tmp_path / "clean")
+    # one clean run of five flagged P99: 20 % > the default --max-rate 0.10
+    assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", clean]) == 1
+    text = capsys.readouterr().out
+    assert "5 runs of gpu-quick.gsm8k" in text and "results:" not in text
+    out = tmp_path / "aa"
+    assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", clean, "--max-rate", "0.2",
+                 "--out", str(out)]) == 0
+    assert f"results: {out}" in capsys.readouterr().out
+    res = read_campaign(out, "calibration.json")
+    assert res["n"] == 5 and res["checks"]["gsm8k/p99_step_ms"]["false_alarms"] == 1
+    assert "mrbench calibrate: gpu-quick.gsm8k x 5" in (out / "report.html").read_text()
+    assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", clean, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["max_rate"] == 0.2
+    assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", str(tmp_path)]) == 2
     assert "carry candidate faults" in capsys.readouterr().err
+    assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", clean, "-n", "5"]) == 2
+    assert "-n runs a campaign" in capsys.readouterr().err
 
 
 def test_the_rulers_own_account_is_set_beside_what_moved():
