@@ -47,7 +47,8 @@ case "$mode" in
       # V2 against V1 differ by design: each latency ratio is also judged against the
       # earlier passing nights' ratios (--history), where a V2-only slowdown shows
       "$MRBENCH" run nightly --target vllm --device cuda "${model_args[@]}" \
-          --candidate v2 --baseline v1 --history "$db" --out "$out/vllm"
+          --candidate v2 --baseline v1 --history "$db" --out "$out/vllm" \
+          --junit-xml "$out/junit-vllm.xml"
       vrc=$?
       [ -d "$out/vllm" ] || { echo "nightly: vllm run wrote nothing (exit $vrc)" >&2; exit "$vrc"; }
       [ "$rc" -eq 0 ] && rc=$vrc
@@ -69,7 +70,7 @@ case "$mode" in
     [ -n "${MRBENCH_MODEL:-}" ] && model_args=(--model "$MRBENCH_MODEL")
     "$MRBENCH" run gpu-ab --target vllm --device cuda "${model_args[@]}" \
         --candidate "vllm@$build:$runner" --baseline "vllm@$(realpath "$last"):$runner" \
-        --out "$out/ab"
+        --out "$out/ab" --junit-xml "$out/junit-ab.xml"
     rc=$?
     [ -d "$out/ab" ] || { echo "nightly: two-build run wrote nothing (exit $rc)" >&2; exit "$rc"; }
     [ "$rc" -eq 0 ] && ln -sfn "$(realpath "$build")" "$last"

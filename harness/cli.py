@@ -60,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="also judge each latency ratio (candidate/baseline) against the "
                         "earlier clean passing comparable runs' in this history database "
                         "(V2 against V1 over time; 'not measured' until it holds 3)")
+    r.add_argument("--junit-xml", type=Path, metavar="FILE",
+                   help="also write the checks as JUnit XML, one test case per check "
+                        "(regressions fail with their figures; not gated or not measured: "
+                        "skipped), for CI systems' test reports")
 
     f = sub.add_parser("faults", help="the catch matrix: the suite clean, then once per fault")
     f.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")

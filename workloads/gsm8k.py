@@ -7,12 +7,13 @@ the number of problems forces slot reuse, which is where stale per-slot state sh
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mrbench.contract import (
     BadInput,
@@ -52,6 +53,15 @@ class Params(BaseModel):
     # chunks (so middle chunks, which neither start nor finish a prompt); the
     # chunked_prefill_coverage check says "not measured" for a side that ran none
     min_prefill_chunks: Literal[3] | None = None
+
+    @field_validator("scorer")
+    @classmethod
+    def _scorer_installed(cls, v: str) -> str:
+        """lm-eval is an extra (it pulls datasets, evaluate, peft, scikit-learn...): a suite
+        that asks for its scorer without it is refused before any engine starts."""
+        if v == "lm-eval" and importlib.util.find_spec("lm_eval") is None:
+            raise ValueError("the lm-eval scorer needs lm-eval: pip install 'mrbench[lm-eval]'")
+        return v
 
 
 @dataclass

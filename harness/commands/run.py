@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mrbench.contract import BadInput
+
 from .. import interrupts
 from ..errors import EXIT_INTERRUPTED, RunInterrupted
+from ..junit import write_junit
 from ..orchestrate import run_suite
 from ..results import default_out
 from .common import isolation_of, print_summary, render_run, suite_and_sides
 
 
 def main(a: argparse.Namespace) -> int:
+    if a.junit_xml is not None and a.junit_xml.is_dir():
+        raise BadInput(f"--junit-xml {a.junit_xml} is a directory; name a file")
     suite, base, cand, overrides = suite_and_sides(a, tuple(a.fault))
     out = a.out or default_out(suite.name)
     try:
@@ -23,6 +28,8 @@ def main(a: argparse.Namespace) -> int:
         with interrupts.held():
             render_run(e.path)
             print_summary(e.summary, e.path, a.json)
+            if a.junit_xml is not None:
+                write_junit(e.summary, a.junit_xml)
         left = e.summary["interrupted"]
         print(f"mrbench: interrupted: the {len(left['finished'])} finished workloads are in "
               f"{e.path}; {len(left['not_run'])} not run", file=sys.stderr)
@@ -30,6 +37,8 @@ def main(a: argparse.Namespace) -> int:
     with interrupts.held():             # a signal now is recorded: the report is written whole
         render_run(path)
         print_summary(summary, path, a.json)
+        if a.junit_xml is not None:
+            write_junit(summary, a.junit_xml)
         if a.save_reference and not a.json:
             print("references: " + ("not saved (a side failed)" if summary["failures"] else
                                     "saved under results/baselines/op-counts/"))
