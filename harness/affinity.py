@@ -3,7 +3,7 @@ of CPUs.
 
 Why: on a GPU machine the bundled runner's decode step is host-bound (about 0.5 ms of Python
 per step on the H100, GPU busy 10-30 %), so its time is the speed of whichever CPU the
-engine's thread runs on. On the lent H100 (a KVM guest, 16 vCPUs) that speed moved by
+engine's thread runs on. On the H100 we measure on (a KVM guest, 16 vCPUs) that speed moved by
 15-20 % from one ABBA wave to the next even though the GPU held 1980 MHz throughout: the
 per-wave log ratio of two identical runners had a standard deviation of 0.17-0.21. The
 sides alternate, so they never compete for a CPU; pinned together they also see the same

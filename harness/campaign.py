@@ -196,10 +196,10 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
 
 def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, dict]]:
     """Every finished run's (directory, summary) under `dirs`, also inside a campaign's
-    hidden `.NAME.*` directory: the pieces of a study that GPU leases cut off, read back by
-    `mrbench calibrate --from-runs` and `mrbench power --from-runs` (read_back). BadInput
-    (one line) when a directory is missing, there is no run, a summary is not JSON, or no
-    run is of `suite`."""
+    hidden `.NAME.*` directory: the pieces of a study that time-limited GPU jobs cut off,
+    read back by `mrbench calibrate --from-runs` and `mrbench power --from-runs`
+    (read_back). BadInput (one line) when a directory is missing, there is no run, a
+    summary is not JSON, or no run is of `suite`."""
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:         # else a mistyped piece of a study would be left out without a word
         raise BadInput(f"no such directory: {', '.join(missing)}")
@@ -249,7 +249,7 @@ def read_back(dirs: list[Path], suite: Suite, waves: int | None = None,
               clean_only: bool = False) -> list[tuple[dict, int]]:
     """The finished runs under `dirs` (finished_runs) as (summary, exit code), the form a
     campaign's aggregate takes, so that a campaign cut off or run in pieces over several
-    GPU leases is judged by the very function the finished campaign uses.
+    time-limited GPU jobs is judged by the very function the finished campaign uses.
 
     `waves`: each run re-judged on its first N waves alone (regate.first_waves), e.g. what
     the suite's 96 waves would have shown of a 192-wave study. `clean_only`: an A/A study,
@@ -370,7 +370,7 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
     alarm) and n times per PCT with the `slow-step:PCT` ruler on the candidate (every
     latency regression is a detection). The settings take turns (clean, then each PCT, n
     rounds), so a drift of the machine over the campaign falls on every setting alike, and
-    a campaign cut off part-way (a GPU lease taken back) leaves every setting measured
+    a campaign cut off part-way (a GPU job ended by its time limit) leaves every setting measured
     about as often; `mrbench power --from-runs` reads such pieces back (read_back,
     aggregate_power)."""
 
@@ -401,8 +401,8 @@ def ruler_pct(summary: dict) -> float | None:
 def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                     pcts: list[float] | None = None) -> dict:
     """power.json's body from runs' (summary, exit code), clean and slow-step:PCT mixed,
-    any number of each: a finished campaign, or the pieces of one that several GPU leases
-    ran (`mrbench power --from-runs`). Per latency check: false alarms over the clean runs
+    any number of each: a finished campaign, or the pieces of one that several time-limited GPU
+    jobs ran (`mrbench power --from-runs`). Per latency check: false alarms over the clean runs
     that carried it, detections over each PCT's runs that carried it (Wilson 95 % CIs),
     the MDE (smallest PCT detected in >= POWER_TARGET of its runs, as is every larger one),
     what each PCT moved (realized_pct), and the clean runs' shift-model projection beside

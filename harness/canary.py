@@ -1,7 +1,7 @@
 """`--canary-cpu`: a spin loop on a CPU the engines do not use, timing fixed chunks of work, so
 that a step slowed by the machine can be told from a step slowed by the runner.
 
-Why: on the lent H100 (a KVM guest) the whole virtual machine runs user code about ten
+Why: on the H100 we measure on (a KVM guest) the whole virtual machine runs user code about ten
 times slower for ~100 ms, about once per eight ABBA waves. The engine's thread keeps the CPU
 throughout (its CPU time equals its wall time: steps.csv `cpu_ms`), nothing else runs on its
 CPU, and the guest's steal counter stays at zero; a sampler on another CPU was late at the

@@ -10,7 +10,7 @@ wrapped call's own host time, which moved vLLM V2's step by less than PCT.)
 The base is a median per step class (decode batch size; prefill tokens in powers of two): a
 prefill step is never slowed by a decode step's size or the reverse. The first step of a
 class adds nothing until its time is known (warmup covers most classes). A median, not a
-mean: on the lent H100 the machine stalls now and then for ~100 ms, stretching a few
+mean: on the H100 we measure on the machine stalls now and then for ~100 ms, stretching a few
 decode steps tenfold, and the mean (an average of 0.2 weight a step, until 2026-11-25) then
 carried the ruler up with them: a decode step's mean is 1.04-1.19 times its median, and
 slow-step:7.6 moved the median step by +10.4 %. The median of a class's first
@@ -58,7 +58,8 @@ class SlowStep:
         self.frac = pct / 100.0
         self.cuda = device.type == "cuda"
         # per step class: the median step time without the ruler, in ms, a streaming
-        # estimate; the truth is what observe_step measured; _warm keeps a class's first _WARM_STEPS times, which start it
+        # estimate; the truth is what observe_step measured; _warm keeps a class's first
+        # _WARM_STEPS times, which start it
         self.base_ms: dict[Hashable, float] = {}
         self._warm: dict[Hashable, list[float]] = {}
         # the class and busy time of the step under way, until the engine observes it
@@ -78,7 +79,7 @@ class SlowStep:
         whole step, host and device alike, by its full length. After `fn` it overlapped the
         device still running the forward just launched (a CUDA graph replay returns at
         once) and hid, leaving only the GPU spin, whose length rides on a clock learned
-        once: on the lent H200 slow-step:7.6 then moved the median step by +1.8 % to +9.3 %
+        once: on the H200 we measure on slow-step:7.6 then moved the median step by +1.8 % to +9.3 %
         from run to run (docs/notes/gpu-quick-gate-studies.md, "The ruler hid behind the
         GPU")."""
         cls = step_class(key)

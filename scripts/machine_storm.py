@@ -2,7 +2,7 @@
 end to end on a machine that has no bursts of its own: does it mark the waves that the
 machine slowed, only those, and does the gate then judge the rest?
 
-Why: the lent H100 (a KVM guest) has ~100 ms spells in which the whole guest runs ~10x
+Why: the H100 we measure on (a KVM guest) has ~100 ms spells in which the whole guest runs ~10x
 slower (docs/detection-power.md, "Bursts"); they decide the per-wave P99 step, and the
 canary (harness/canary.py) is there to mark them. Its unit tests stop the canary's own
 process; this stalls the *machine*, engines and canary alike, while a real `mrbench run`

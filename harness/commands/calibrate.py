@@ -48,8 +48,8 @@ def add_from_runs_options(p: argparse.ArgumentParser) -> None:
 
 def from_runs(a: argparse.Namespace) -> int:
     """The campaign's result from the finished runs under --from-runs (nothing runs):
-    printed, and with --out written as a campaign writes it, for a calibration that GPU
-    leases cut off or ran in pieces."""
+    printed, and with --out written as a campaign writes it, for a calibration that
+    time-limited GPU jobs cut off or ran in pieces."""
     res = read_back_calibration(a.from_runs, named_suite(a.what), a.waves)
     path = None if a.out is None else \
         write_campaign_result(a.out, "calibration.json", "calibrate", res)

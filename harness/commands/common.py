@@ -135,7 +135,7 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
 
 def from_runs_options(p: argparse.ArgumentParser, result: str) -> None:
     """The options of a campaign command (calibrate, power) that read finished runs back
-    instead of running: a campaign cut off, or run in pieces over several GPU leases."""
+    instead of running: a campaign cut off, or run in pieces over several time-limited GPU jobs."""
     p.add_argument("--from-runs", nargs="+", type=Path, metavar="DIR",
                    help="run nothing: judge the finished runs under these directories (also "
                         "inside a campaign's hidden .NAME.* directory) as the campaign would; "

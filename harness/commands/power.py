@@ -1,6 +1,6 @@
 """`mrbench power`: detection power, the suite clean and with slow-step:PCT, N runs each;
 the minimum detectable slowdown per latency check. With --from-runs, the same judgement of
-finished runs (a study cut off, or run in pieces over several GPU leases)."""
+finished runs (a study cut off, or run in pieces over several time-limited GPU jobs)."""
 from __future__ import annotations
 
 import argparse

@@ -2,7 +2,7 @@
 # The bundled target's latency gates on a GPU machine: how long the GPU suite and the nightly
 # take, and the power study that sets the GPU suite's bars (docs/detection-power.md).
 # Usage: scripts/gpu/bundled_power.sh OUT_DIR [STEPS]   (STEPS: comma list; default
-#   gate,power). Needs CUDA, torch and the project's dependencies (on the lent H100: the kit
+#   gate,power). Needs CUDA, torch and the project's dependencies (on the H100 we measure on: the kit
 #   in ../shared/vllm-gpu, `source env.sh`; or, for the bundled target alone, one call that
 #   carries pydantic's wheels, the only package the image lacks: pydantic, pydantic_core
 #   (cp312), annotated-types, typing-inspection, typing_extensions, fetched here with
@@ -18,7 +18,7 @@
 #   power    `power POWER_SUITE --device cuda --baseline v2 --candidate v2` (default
 #            gpu-quick; gpu-quick:gsm8k is the entry that meets the goals), clean A/A and the
 #            slow-step ruler at POWER_PCTS (default 5,7.6,20), POWER_N runs each (default 3),
-#            the settings in turn; a study larger than one lease: run it on each machine,
+#            the settings in turn; a study larger than one GPU job: run it on each machine,
 #            pack with scripts/gpu/pack_runs.sh, read the pieces back together with
 #            mrbench power POWER_SUITE --from-runs DIR...
 #   aa       `calibrate gpu-quick:gsm8k --baseline v2 --candidate v2 -n AA_N` (default 60):

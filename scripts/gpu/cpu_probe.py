@@ -1,6 +1,6 @@
 """Who else runs on the engines' CPU: a sampler to run beside a pinned GPU run.
 
-Why: on the lent H100 the bundled decode step (~0.5 ms of host Python, pinned to one CPU)
+Why: on the H100 we measure on the bundled decode step (~0.5 ms of host Python, pinned to one CPU)
 has bursts of 5-8 ms steps lasting tens of milliseconds, about once per eight ABBA waves,
 and they decide the per-wave P99 (docs/detection-power.md, "Bursts"). A step's own clocks
 (steps.csv `cpu_ms`, `invol_switches`, `vol_switches`) say whether the engine's thread was

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A power or false-alarm study in lease-sized pieces: single runs of one suite entry, the
-# settings taking turns (clean, then each slow-step PCT, again ...), started only while the
-# next one still fits the call's time, each run packed into OUT_DIR as soon as it ends.
+# A power or false-alarm study in pieces that fit a time-limited GPU job: single runs of
+# one suite entry, the settings taking turns (clean, then each slow-step PCT, again ...),
+# started only while the next one still fits the call's time, each run packed into OUT_DIR as soon as it ends.
 #
-# Why not `mrbench power`: a device call ends at 10 minutes and a machine goes back after
-# 30, and a campaign killed mid-run loses that run and writes no power.json. Here every
+# Why not `mrbench power`: where each command is limited to 10 minutes and a machine to
+# 30, a campaign killed mid-run loses that run and writes no power.json. Here every
 # call ends between runs, and the pieces of several calls and machines are read back
 # together with `mrbench power ENTRY --from-runs DIR...` (the command's own aggregate_power).
 #
@@ -27,7 +27,7 @@
 #   RUN_ARGS (more `mrbench run` flags, split on spaces: e.g. "--limit 3072" for 192
 #   waves of the gsm8k entry, to measure what more waves buy without editing the suite),
 #   FIRST (index of the first setting this call takes, so that calls go on where the last
-#   one stopped), RUNS_DIR (default /tmp/mrbench-runs: a device call brings back at most 8
+#   one stopped), RUNS_DIR (default /tmp/mrbench-runs: where a job brings back only a few
 #   files from $OUT), MRBENCH_DATA_DIR (default ./.gpudata), PYTHON.
 # Writes OUT_DIR/runs.tgz: summary.json, manifest.json and the step and request tables of
 #   each run this call finished (TAG-*, as RUNS_DIR outlives a call on a warm machine and a

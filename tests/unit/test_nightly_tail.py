@@ -1,4 +1,4 @@
-"""scripts/gpu/nightly-tail.yaml times the end of `nightly` on the GPU in a device call of
+"""scripts/gpu/nightly-tail.yaml times the end of `nightly` on the GPU in a GPU command of
 its own: it must stay the nightly's own entries (the timing is of nightly, not of a
 look-alike), spec cut to the k = 4 points the earlier run did not reach."""
 from pathlib import Path

@@ -1,5 +1,5 @@
 """A power study's table from run summaries: clean and ruler runs told apart by the
-candidate's recorded faults, any number of each (a study split over GPU leases), the MDE
+candidate's recorded faults, any number of each (a study split over GPU jobs), the MDE
 only where every larger size also reached the target, and what each size moved."""
 import importlib.util
 import json
@@ -77,7 +77,7 @@ def _write_runs(root: Path, place) -> None:
 
 
 def test_power_reads_back_the_pieces_of_a_study_from_several_directories(tmp_path, capsys):
-    """`mrbench power --from-runs`: the pieces of a study that several GPU leases ran, also
+    """`mrbench power --from-runs`: the pieces of a study that several GPU jobs ran, also
     inside a campaign's hidden `.NAME.*` directory, judged as the command judges its own
     runs; --out writes power.json, report.html and each figure as a PNG."""
     _write_runs(tmp_path, lambda i, _: Path("lease1" if i % 2 else "lease2") / ".power-x.abc")
