@@ -73,13 +73,14 @@ def main(a: argparse.Namespace) -> int:
     if a.data_cmd == "fetch":
         return fetch(a)
     origin, root = data_origin()
+    readers = needs()                      # every shipped suite loaded once
     rows = []
     for f in DATA_FILES:
         p = root / f.path
         rows.append(dict(file=f.path, what=f.what, source=f.url, licence=f.licence,
                          full_rows=f.full_rows, found=str(p) if p.is_file() else None,
                          rows=count_rows(p) if p.is_file() else None,
-                         needed_by=needs()[f.path]))
+                         needed_by=readers[f.path]))
     info = dict(data_dir=str(root), origin=origin,
                 tried=[dict(origin=o, path=str(d), exists=d.is_dir()) for o, d in data_dirs()],
                 files=rows)
@@ -129,7 +130,7 @@ def fetch(a: argparse.Namespace) -> int:
 def _download(f: DataFile, dest: Path) -> int:
     """One file into dest/f.path, checked before it is moved into place; its row count."""
     target = dest / f.path
-    made = [d for d in (*reversed(target.parents), ) if not d.exists()]
+    made = [d for d in reversed(target.parents) if not d.exists()]   # outermost first
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix,
                                dir=target.parent)
