@@ -26,12 +26,12 @@ from scipy.stats import norm
 from mrbench.contract import BadInput
 
 from . import formatting, interrupts, stats
-from .compare import LATENCY_SOURCES
+from .metrics import LATENCY
 from .engine_bank import EngineBank
-from .orchestrate import Isolation, Overrides, overall_verdict, run_suite
+from .orchestrate import Isolation, Overrides, run_suite
 from .regate import first_waves
 from .results import RESULTS_FORMAT, check_out, environment, write_json
-from .run_record import RunVerdict, Verdict
+from .run_record import RunVerdict, Verdict, fault_status, overall_verdict
 from .suite import Suite, Thresholds
 from .targets.base import SideSpec
 
@@ -99,14 +99,6 @@ def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]],
         raise
 
 
-def fault_status(r: dict) -> str:
-    """"caught", "missed", or "not measured": a fault run that flagged nothing because an
-    engine failed (a side could not run a workload) measured nothing, so it did not miss."""
-    if r.get("caught"):
-        return "caught"
-    return "not measured" if r.get("failures") else "missed"
-
-
 def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str],
                  overrides: Overrides, out: Path, log=None,
                  isolation: Isolation | None = None) -> tuple[dict, Path]:
@@ -165,7 +157,7 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
                 row["deltas"].append(c["delta"])
                 if c["ci"] and c["ci"][1] is not None:
                     row["ci_hi"].append(c["ci"][1])
-                if c["metric"] in LATENCY_SOURCES and c["ci"] and c["ci"][0] is not None:
+                if c["metric"] in LATENCY and c["ci"] and c["ci"][0] is not None:
                     row["shift"].append((c["delta"], c["ci"][0]))
                     row["bar"] = latency_bar(suite, c["workload"], c["metric"])
                     if c["ci"][1] is not None:
@@ -416,7 +408,7 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                                                     judged=False))
     rows = []
     for i, ((s, code), pct) in enumerate(zip(runs, plans)):
-        hits = [c for c in s["checks"] if c["metric"] in LATENCY_SOURCES]
+        hits = [c for c in s["checks"] if c["metric"] in LATENCY]
         # each latency check's estimate and p, so a bar can be re-judged from the same
         # runs (the per-run summaries hold the rest)
         rows.append(dict(plan="clean" if pct is None else f"slow-step:{pct:g}", run=i,

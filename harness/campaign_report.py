@@ -9,9 +9,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from .campaign import fault_status
 from .formatting import (fmt_exceedance, fmt_heterogeneity, fmt_num, fmt_projected_mde,
                          fmt_realized)
+from .run_record import fault_status
 from .html import environment, fig_to_data_uri, write_atomic
 
 

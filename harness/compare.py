@@ -19,20 +19,9 @@ from .collectors import prefill_chunks
 from .collectors.agreement import first_divergence
 from .phases import HOT_PHASES
 from .references import count_means
+from .metrics import LATENCY, SUMMARY_FIELDS
 from .run_record import Check, Verdict
 from .suite import Thresholds
-
-LATENCY_SOURCES = {   # metric (suite.LATENCY_METRICS) -> (table, column)
-    "p99_ttft_ms": ("requests", "ttft_ms"), "p99_tpot_ms": ("requests", "tpot_ms"),
-    "p99_itl_ms": ("itl", "itl_ms"), "p99_e2e_ms": ("requests", "e2e_ms"),
-    "p99_step_ms": ("steps", "duration_ms"),
-    # medians: a uniform slowdown moves every step; a burst moves a tail, not the median
-    "median_step_ms": ("steps", "duration_ms"), "median_tpot_ms": ("requests", "tpot_ms"),
-}
-SUMMARY_FIELDS = {"ttft": ("requests", "ttft_ms"), "tpot": ("requests", "tpot_ms"),
-                  "itl": ("itl", "itl_ms"), "e2e": ("requests", "e2e_ms"),
-                  "step": ("steps", "duration_ms")}
-
 
 def _samples(side: SideResult, table: str, column: str) -> np.ndarray:
     rows = getattr(side, table)
@@ -96,11 +85,6 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
 
 MIN_WAVES = 6          # a one-sided signed-rank test at alpha 0.05 needs >= 5 blocks; 6 has room
 MIN_PER_WAVE = {99: 50, 50: 5}   # independent samples behind each wave's P99 / median
-
-
-def _quantile(metric: str) -> int:
-    """The percentile a latency metric gates on: 50 for `median_*`, 99 for `p99_*`."""
-    return 50 if metric.startswith("median_") else 99
 
 
 def _per_wave(side: SideResult, table: str, column: str) -> dict[int, np.ndarray]:
@@ -228,8 +212,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     uniform slowdown moves every step's time, noise mostly a tail. They are judged only
     blocked (a pooled median would carry the machine's drift), and only where the suite
     sets `median_rel` (runners differ in their typical step: calibrate it per suite)."""
-    table, col = LATENCY_SOURCES[metric]
-    q = _quantile(metric)
+    table, col, q = LATENCY[metric].table, LATENCY[metric].column, LATENCY[metric].quantile
     name = "median" if q == 50 else f"P{q}"
     rel_min = th.median_rel if q == 50 else th.latency_rel
     b, c = _samples(base, table, col), _samples(cand, table, col)

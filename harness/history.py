@@ -17,7 +17,7 @@ from typing import Any
 
 from mrbench.contract import BadInput
 
-from .compare import LATENCY_SOURCES
+from .metrics import LATENCY
 from .results import read_run
 from .run_record import RunVerdict, Verdict
 
@@ -91,7 +91,7 @@ def record_of(manifest: dict, summary: dict, run_dir: Path
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     values[(wl, side, k)] = float(v)
     for c in summary["checks"]:
-        if c["metric"] in LATENCY_SOURCES:    # did the run itself judge this latency?
+        if c["metric"] in LATENCY:    # did the run itself judge this latency?
             judged = c["verdict"] in (Verdict.PASS, Verdict.REGRESSION)
             values[(c["workload"], "candidate", f"{JUDGED}{c['metric']}")] = float(judged)
             if judged and isinstance(c.get("delta"), (int, float)):

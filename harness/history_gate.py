@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from . import history, stats
-from .compare import LATENCY_SOURCES
+from .metrics import LATENCY
 from .run_record import Check, Verdict
 from .suite import Thresholds
 
@@ -41,7 +41,7 @@ def ratio_checks(checks: list[dict], like: dict, db: Path,
     """One check per judged latency check of the run: its ratio against the history's."""
     out = []
     for c in checks:
-        if c["metric"] not in LATENCY_SOURCES \
+        if c["metric"] not in LATENCY \
                 or c["verdict"] not in (Verdict.PASS, Verdict.REGRESSION) \
                 or c.get("delta") is None:
             continue

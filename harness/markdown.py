@@ -5,10 +5,9 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from .campaign import fault_status
 from .formatting import fmt_num, fmt_p
 from .results import read_campaign, read_run
-from .run_record import Verdict
+from .run_record import Verdict, fault_status
 
 
 def run_markdown(run_dir: Path) -> str:

@@ -20,11 +20,11 @@ from . import builds, engine_plan, history, history_gate, interrupts, progress, 
 from .collectors.agreement import first_divergence
 from .compare import compare, latency_summary
 from .engine_bank import BankSettings, EngineBank
-from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED, RunInterrupted
+from .errors import RunInterrupted
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress
 from .results import RunWriter, check_out, environment
-from .run_record import RunVerdict, Verdict
+from .run_record import Verdict, overall_verdict
 from .suite import Suite
 from .targets.base import Footprint, SideSpec, Unsupported, get_target, side_label
 from .worker import DEFAULT_CALL_TIMEOUT_S
@@ -116,16 +116,6 @@ def _attach_log(fail: dict, log: Path | None) -> None:
     """A failure keeps the path of its engine's log (copied into the run directory)."""
     if log is not None and log.is_file():
         fail["engine_log"] = f"engine-logs/{log.name}"
-
-
-def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[RunVerdict, int]:
-    """A failed side, or a check that could not measure what it gates ("not measured"),
-    is an error (exit 3): never a pass."""
-    if failures or any(c["verdict"] == Verdict.ERROR for c in checks):
-        return RunVerdict.ERROR, EXIT_RUN_FAILED
-    if any(c["verdict"] == Verdict.REGRESSION for c in checks):
-        return RunVerdict.REGRESSION, EXIT_REGRESSION
-    return RunVerdict.PASS, EXIT_PASS
 
 
 def _interrupted(current: str | None, finished: list[str], ordered: list, failures: list,

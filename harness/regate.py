@@ -14,7 +14,7 @@ from mrbench.contract import BadInput
 
 from . import history
 from .compare import compare, latency_summary
-from .orchestrate import overall_verdict
+from .run_record import overall_verdict
 from .results import RunWriter, check_out, environment, load_side, read_run
 from .suite import Thresholds
 

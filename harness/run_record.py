@@ -18,6 +18,8 @@ import enum
 import math
 from dataclasses import asdict, dataclass
 
+from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+
 
 class Verdict(enum.StrEnum):
     """One check's verdict. PASS and REGRESSION are judgements; INFO is a figure reported
@@ -70,3 +72,23 @@ class Check:
         if d["ci"] is not None:
             d["ci"] = [None if not math.isfinite(x) else x for x in d["ci"]]
         return d
+
+
+def overall_verdict(checks: list[dict], failures: list[dict]) -> tuple[RunVerdict, int]:
+    """A run's verdict and exit code from its checks and failed sides. A failed side, or a
+    check that could not measure what it gates ("not measured"), is an error (exit 3):
+    never a pass."""
+    if failures or any(c["verdict"] == Verdict.ERROR for c in checks):
+        return RunVerdict.ERROR, EXIT_RUN_FAILED
+    if any(c["verdict"] == Verdict.REGRESSION for c in checks):
+        return RunVerdict.REGRESSION, EXIT_REGRESSION
+    return RunVerdict.PASS, EXIT_PASS
+
+
+def fault_status(r: dict) -> str:
+    """A fault run's row of a campaign: "caught", "missed", or "not measured". A fault run
+    that flagged nothing because an engine failed (a side could not run a workload) measured
+    nothing, so it did not miss."""
+    if r.get("caught"):
+        return "caught"
+    return "not measured" if r.get("failures") else "missed"

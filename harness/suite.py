@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
 
+from .metrics import LATENCY_METRICS
+
 SUITES_DIR = Path(__file__).parent / "suites"
-LATENCY_METRICS = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms",
-                   "median_step_ms", "median_tpot_ms")
 
 
 class Thresholds(BaseModel):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..campaign import fault_matrix, fault_status
+from ..campaign import fault_matrix
+from ..run_record import fault_status
 from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
 from ..results import default_out
 from ..targets.base import get_target

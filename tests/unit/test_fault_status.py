@@ -3,7 +3,7 @@ says "not measured" (with the failure), never "missed"; the table, the report an
 markdown summary agree."""
 import json
 
-from mrbench.harness.campaign import fault_status
+from mrbench.harness.run_record import fault_status
 from mrbench.harness.campaign_report import _matrix
 from mrbench.harness.markdown import faults_markdown
 

@@ -10,7 +10,7 @@ from mrbench.contract import SideResult
 from mrbench.harness import phases
 from mrbench.harness.collectors.profiler import count_per_step, profiled
 from mrbench.harness.compare import not_measured, sync_check, sync_warnings_check
-from mrbench.harness.orchestrate import overall_verdict
+from mrbench.harness.run_record import overall_verdict
 from mrbench.harness.run_record import Check
 from mrbench.harness.suite import Thresholds
 
