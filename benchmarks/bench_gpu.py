@@ -260,9 +260,9 @@ def bench_model(name: str, model_dir: Path, a: argparse.Namespace, log) -> dict:
 def sync_probe(model_dir: Path, faults: list[str]) -> dict:
     """V2 serving a mixed workload under mrbench's profiler collector (as `mrbench run`
     does: after warmup), syncs per step in the measured phases, from CUDA runtime events."""
-    from mrbench.harness.collectors.profiler import count_per_step, profiled
-    from mrbench.harness.phases import HOT_PHASES, PHASE_LABELS, STEP_LABEL
-    from mrbench.harness.targets.bundled import label_phases
+    from mrbench.harness.measure.profiler import count_per_step, profiled
+    from mrbench.harness.measure.phases import HOT_PHASES, PHASE_LABELS, STEP_LABEL
+    from mrbench.harness.run.targets.bundled import label_phases
     llm = LLM(model_dir, device="cuda", max_num_seqs=16, max_num_batched_tokens=256,
               num_speculative_tokens=1, faults=faults)
     label_phases(llm)                                      # the harness's phase ranges

@@ -11,10 +11,6 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from . import (
-    interrupts,
-    targets,  # noqa: F401  (registers the targets, plugins of MRBENCH_TARGET_MODULES too)
-)
 from .commands import (
     calibrate,
     compare,
@@ -29,7 +25,11 @@ from .commands import (
 )
 from .commands import list as list_
 from .commands.common import run_options
-from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from .record.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from .run import (
+    interrupts,
+    targets,  # noqa: F401  (registers the targets, plugins of MRBENCH_TARGET_MODULES too)
+)
 
 COMMANDS = {"run": run.main, "faults": faults.main, "calibrate": calibrate.main,
             "power": power.main, "steps": steps.main, "history": history.main,

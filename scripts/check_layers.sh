@@ -21,6 +21,8 @@ if [ "$top" != "mrbench " ]; then
   exit 1
 fi
 cp .importlinter "$tmp/"
+# the research probes are no part of the install: a copy beside it, for their contracts
+mkdir "$tmp/research-root" && cp -r research "$tmp/research-root/"
 # from the scratch directory, so the checkout's own folders are not importable
 (cd "$tmp" && PYTHONPATH="$tmp/site" "$py" -c "import mrbench, mrbench.harness.cli, mrbench.workloads, mrbench.runner_impl" \
-  && PYTHONPATH="$tmp/site" "$(dirname "$py")/lint-imports" --config .importlinter)
+  && PYTHONPATH="$tmp/site:$tmp/research-root" "$(dirname "$py")/lint-imports" --config .importlinter)

@@ -2,9 +2,9 @@
 
 import pytest
 from support.runner import make_prompts, run
-from support.tiny_llama import make_tiny_llama
 
 from mrbench.contract import data_dir as data_dir_path
+from mrbench.runner_impl.model.random_llama import make_tiny_llama
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ independent, vLLM #54282).
 Two runners that share a sampler promise the same stream for the same seed, so their
 tokens are compared as for greedy (`token_agreement`). Runners with different samplers
 (vLLM V1 and V2) do not: their sampled *distributions* are compared instead
-(`sampled_distribution`, harness/compare.py), per prompt over its samples. Each request
+(`sampled_distribution`, harness/checks/correctness.py), per prompt over its samples. Each request
 row carries `sample_group` (its prompt) for that.
 """
 from __future__ import annotations

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from ..campaign import calibrate, fmt_rate, read_back_calibration
-from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
-from ..formatting import fmt_exceedance, fmt_heterogeneity, fmt_projected_mde
-from ..results import default_out
+from ..campaigns.campaign import calibrate, fmt_rate, read_back_calibration
+from ..record.errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+from ..record.results import default_out
+from ..show.formatting import fmt_exceedance, fmt_heterogeneity, fmt_projected_mde
 from .common import (
     check_from_runs,
     from_runs_options,

@@ -13,14 +13,15 @@ from pathlib import Path
 from mrbench.contract import BadInput
 from mrbench.workloads import workloads as known_workloads
 
-from .. import builds, canary
-from ..affinity import pin_cpus
-from ..formatting import fmt_num, fmt_p
-from ..orchestrate import Isolation, Overrides
-from ..results import check_out, write_json
-from ..run_record import Verdict
-from ..suite import Suite, load_suite, shipped_suites, single_workload_suite
-from ..targets.base import TARGETS, SideSpec
+from ..measure import canary
+from ..measure.affinity import pin_cpus
+from ..record.results import check_out, write_json
+from ..record.run_record import Verdict
+from ..record.suite import Suite, load_suite, shipped_suites, single_workload_suite
+from ..run import builds
+from ..run.orchestrate import Isolation, Overrides
+from ..run.targets.base import TARGETS, SideSpec
+from ..show.formatting import fmt_num, fmt_p
 
 
 def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2",
@@ -64,7 +65,7 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
     p.add_argument("--canary-cpu", metavar="CPU",
                    help="with --pin-cpus: run a spin-loop canary on this other CPU, so that "
                         "waves in which the machine itself ran slow are told apart and left "
-                        "out of the per-wave latency tests (harness/canary.py; for virtual "
+                        "out of the per-wave latency tests (harness/measure/canary.py; for virtual "
                         "GPU machines)")
     p.add_argument("--build-first", choices=["candidate", "baseline"], default=None,
                    help="whose engine is built first (default candidate: one that cannot "
@@ -189,8 +190,8 @@ def _save_power_figures(out: Path, res: dict) -> None:
     """Each figure of a power study's report as `out`/NAME.png (power-curve, estimates)."""
     import matplotlib.pyplot as plt  # lazy, as render_campaign_reports
 
-    from ..campaign_report import power_figures
-    from ..html import DPI
+    from ..show.campaign_report import power_figures
+    from ..show.html import DPI
     for name, fig in power_figures(res).items():
         fig.savefig(out / f"{name}.png", dpi=DPI, bbox_inches="tight")
         plt.close(fig)
@@ -265,14 +266,14 @@ def print_campaign_json(res: dict) -> None:
 
 def render_run(path: Path) -> Path:
     """Write `path`/report.html from the committed run in its final directory."""
-    from ..report import render_report  # lazy: matplotlib, only for commands that render
+    from ..show.report import render_report  # lazy: matplotlib, only for commands that render
     return render_report(path)
 
 
 def render_campaign_reports(path: Path, kind: str, res: dict) -> Path:
     """Every run's report.html under the committed campaign directory, then the campaign's
     own (its matrix or table links to theirs); `kind` is faults, calibrate or power."""
-    from ..campaign_report import render_campaign  # lazy: matplotlib, as in render_run
+    from ..show.campaign_report import render_campaign  # lazy: matplotlib, as in render_run
     for run in sorted(p for p in path.iterdir() if (p / "summary.json").is_file()):
         render_run(run)
     return render_campaign(path, kind, res)

@@ -6,9 +6,9 @@ import argparse
 
 from mrbench.contract import BadInput
 
-from .. import history
-from ..regate import last_passing_baseline, regate
-from ..results import default_out
+from ..checks.regate import last_passing_baseline, regate
+from ..record import history
+from ..record.results import default_out
 from .common import print_summary, render_run
 
 

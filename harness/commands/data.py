@@ -33,8 +33,8 @@ from mrbench.contract.paths import (
     data_origin,
 )
 
-from ..errors import EXIT_PASS, EXIT_RUN_FAILED
-from ..suite import load_suite, shipped_suites
+from ..record.errors import EXIT_PASS, EXIT_RUN_FAILED
+from ..record.suite import load_suite, shipped_suites
 
 FETCH_TIMEOUT_S = 60
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..campaign import fault_matrix
-from ..run_record import fault_status
-from ..errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
-from ..results import default_out
-from ..targets.base import get_target
+from ..campaigns.campaign import fault_matrix
+from ..record.errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+from ..record.results import default_out
+from ..record.run_record import fault_status
+from ..run.targets.base import get_target
 from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
 
 

@@ -7,9 +7,9 @@ import json
 
 from mrbench.contract import BadInput
 
-from .. import history
-from ..errors import EXIT_PASS
-from ..formatting import fmt_num
+from ..record import history
+from ..record.errors import EXIT_PASS
+from ..show.formatting import fmt_num
 
 
 def add(a: argparse.Namespace) -> int:
@@ -27,7 +27,7 @@ def list_runs(a: argparse.Namespace) -> int:
 
 
 def report(a: argparse.Namespace) -> int:
-    from ..history_report import render  # lazy: matplotlib, only for the trend report
+    from ..show.history_report import render  # lazy: matplotlib, only for the trend report
     db = a.db or history.DEFAULT_DB
     if a.latency_min_rel < 0:
         raise BadInput(f"--latency-min-rel must be >= 0, got {a.latency_min_rel}")

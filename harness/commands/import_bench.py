@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..bench_import import import_bench
-from ..errors import EXIT_PASS
-from ..results import default_out, read_run
+from ..record.errors import EXIT_PASS
+from ..record.results import default_out, read_run
+from ..run.bench_import import import_bench
 from .common import render_run
 
 

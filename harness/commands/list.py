@@ -8,10 +8,10 @@ from dataclasses import asdict
 from mrbench.runner_impl import COVERAGE_FAULTS, FAULTS
 from mrbench.workloads import workloads
 
-from ..errors import EXIT_PASS
-from ..suite import load_suite, shipped_suites
-from ..targets.base import TARGETS
-from ..targets.vllm_faults import FAULTS as VLLM_FAULTS
+from ..record.errors import EXIT_PASS
+from ..record.suite import load_suite, shipped_suites
+from ..run.targets.base import TARGETS
+from ..run.targets.vllm_faults import FAULTS as VLLM_FAULTS
 
 
 def main(a: argparse.Namespace) -> int:

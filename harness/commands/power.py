@@ -9,11 +9,11 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from ..campaign import power, read_back_power
-from ..errors import EXIT_PASS, EXIT_RUN_FAILED
-from ..formatting import fmt_exceedance, fmt_heterogeneity, fmt_realized
-from ..results import default_out
-from ..targets.base import get_target
+from ..campaigns.campaign import power, read_back_power
+from ..record.errors import EXIT_PASS, EXIT_RUN_FAILED
+from ..record.results import default_out
+from ..run.targets.base import get_target
+from ..show.formatting import fmt_exceedance, fmt_heterogeneity, fmt_realized
 from .common import (
     check_from_runs,
     from_runs_options,

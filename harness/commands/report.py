@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import EXIT_PASS
-from ..markdown import faults_markdown, run_markdown
-from ..results import read_run
+from ..record.errors import EXIT_PASS
+from ..record.results import read_run
+from ..show.markdown import faults_markdown, run_markdown
 from .common import render_run
 
 

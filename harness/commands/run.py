@@ -7,11 +7,11 @@ import sys
 
 from mrbench.contract import BadInput
 
-from .. import interrupts
-from ..errors import EXIT_INTERRUPTED, RunInterrupted
-from ..junit import write_junit
-from ..orchestrate import run_suite
-from ..results import default_out
+from ..record.errors import EXIT_INTERRUPTED, RunInterrupted
+from ..record.results import default_out
+from ..run import interrupts
+from ..run.orchestrate import run_suite
+from ..show.junit import write_junit
 from .common import isolation_of, print_summary, render_run, suite_and_sides
 
 

@@ -9,8 +9,8 @@ from mrbench.contract import BadInput
 from mrbench.runner_impl import KNOWN_FAULTS, RunnerError
 from mrbench.workloads import HELD_OUT_SEEDS, STOP, gsm8k_prompts
 
-from .. import steptrace
-from ..errors import EXIT_PASS, EXIT_REGRESSION
+from ..record import steptrace
+from ..record.errors import EXIT_PASS, EXIT_REGRESSION
 
 
 def _check_runner(runner: str) -> None:

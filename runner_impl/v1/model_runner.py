@@ -87,7 +87,7 @@ class ModelRunnerV1:
         return ids, meta
 
     # One step = prepare -> forward -> sample -> postprocess, one method each, so a harness
-    # can put its own profiler ranges around them (mrbench: harness/phases.py, BUNDLED_V1).
+    # can put its own profiler ranges around them (mrbench: harness/measure/phases.py, BUNDLED_V1).
     @torch.inference_mode()
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         prepared = self._prepare(sched)

@@ -1,7 +1,7 @@
 """The MRv2-style model runner: persistent slots, device truth, host mirror, no syncs.
 
 One step = prepare -> forward -> sample -> postprocess, one method each (a harness puts its
-profiler ranges around them: mrbench's harness/phases.py), then one device-to-host copy of
+profiler ranges around them: mrbench's harness/measure/phases.py), then one device-to-host copy of
 the sampled tokens (the output methods), outside the measured phases. On CUDA, uniform-decode forwards replay CUDA graphs captured
 at warmup (`cuda_graph.py`); everything else runs eagerly.
 """
@@ -111,7 +111,7 @@ class ModelRunnerV2:
     # ---- one step ----------------------------------------------------------------------
     # Each phase is one method (prepare, forward, sample, postprocess; output = the copy
     # methods below), so a harness can put its own profiler ranges around them
-    # (mrbench: harness/phases.py, BUNDLED_V2) instead of trusting labels in the runner.
+    # (mrbench: harness/measure/phases.py, BUNDLED_V2) instead of trusting labels in the runner.
     @torch.inference_mode()
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         """One step, waited for: its output is on the host when this returns."""

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from mrbench.contract import BadInput
-from mrbench.harness.builds import overlay
-from mrbench.harness.targets.vllm_faults import FAULTS
+from mrbench.harness.run.builds import overlay
+from mrbench.harness.run.targets.vllm_faults import FAULTS
 
 
 def fault_edits(src: Path, name: str) -> dict[str, tuple[str, str]]:

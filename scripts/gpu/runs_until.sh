@@ -22,7 +22,7 @@
 #               (the CUDA default; ...-clean-cold);
 #             `@cold-keep`: the same with --cold-engines keep, so the engine that compiled
 #               is measured (...-clean-coldkeep): clean@cold-keep,clean@cold shows the
-#               cold-compile bias and its fix (scripts/host_gap_from_runs.py reads them)
+#               cold-compile bias and its fix (research/host_gap_from_runs.py reads them)
 # Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5),
 #   RUN_ARGS (more `mrbench run` flags, split on spaces: e.g. "--limit 3072" for 192
 #   waves of the gsm8k entry, to measure what more waves buy without editing the suite),

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from mrbench.harness.cli import main
-from mrbench.harness.collectors.prefill_chunks import MIDDLE, PROMPTS_3PLUS
-from mrbench.harness.suite import load_suite
+from mrbench.harness.measure.prefill_chunks import MIDDLE, PROMPTS_3PLUS
+from mrbench.harness.record.suite import load_suite
 
 pytestmark = pytest.mark.slow
 

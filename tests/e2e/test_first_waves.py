@@ -7,8 +7,8 @@ import json
 import pytest
 
 from mrbench.contract import BadInput
+from mrbench.harness.checks.regate import first_waves
 from mrbench.harness.cli import main
-from mrbench.harness.regate import first_waves
 
 pytestmark = pytest.mark.slow
 

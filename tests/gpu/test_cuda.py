@@ -15,9 +15,9 @@ import pytest
 import torch
 from support.runner import GREEDY, RUNNER_KW, make_prompts, run
 
-from mrbench.harness.collectors.profiler import count_per_step, profiled
-from mrbench.harness.phases import PHASE_LABELS, STEP_LABEL
-from mrbench.harness.targets.bundled import label_phases
+from mrbench.harness.measure.phases import PHASE_LABELS, STEP_LABEL
+from mrbench.harness.measure.profiler import count_per_step, profiled
+from mrbench.harness.run.targets.bundled import label_phases
 from mrbench.runner_impl import LLM, SamplingParams
 from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR
 

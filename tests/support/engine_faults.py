@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from mrbench.contract import BadInput
-from mrbench.harness.targets.base import register
-from mrbench.harness.targets.bundled import BundledSession, BundledTarget
+from mrbench.harness.run.targets.base import register
+from mrbench.harness.run.targets.bundled import BundledSession, BundledTarget
 
 BREAK_AT_MAX_NUM_SEQS = 3
 RUNNERS = ("segv", "exit", "hang", "pause", "pause-close", "start-exit")

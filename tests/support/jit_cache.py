@@ -15,8 +15,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from mrbench.harness.targets.base import register
-from mrbench.harness.targets.bundled import BundledSession, BundledTarget
+from mrbench.harness.run.targets.base import register
+from mrbench.harness.run.targets.bundled import BundledSession, BundledTarget
 
 _COMPILED_HERE: list[str] = []          # kernels this process compiled (not loaded)
 

@@ -1,4 +1,4 @@
-"""The acceptance-length gate (compare.spec_check) and the fault that proves it.
+"""The acceptance-length gate (spec.spec_check) and the fault that proves it.
 
 The gate: a candidate whose mean acceptance length (AL) falls by more than
 `acceptance_drop`, significantly at alpha (paired per request: one-sided Wilcoxon
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from mrbench.contract import SideResult
-from mrbench.harness import stats
-from mrbench.harness.compare import compare, per_request_al, spec_check
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks import stats
+from mrbench.harness.checks.compare import compare
+from mrbench.harness.checks.spec import per_request_al, spec_check
+from mrbench.harness.record.suite import Thresholds
 from mrbench.runner_impl import COVERAGE_FAULTS, FAULTS, LLM, SamplingParams
 from mrbench.runner_impl.default_model import default_model_dir
 

@@ -1,5 +1,4 @@
 """--pin-cpus: the list it parses, the engine processes inheriting it, the record of it."""
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -7,7 +6,7 @@ import sys
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness.affinity import _ranges, parse_cpu_list
+from mrbench.harness.measure.affinity import _ranges, parse_cpu_list
 
 linux_only = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),
                                 reason="CPU affinity is Linux-only")
@@ -40,8 +39,8 @@ def test_pinned_process_and_its_spawned_engines_share_the_cpu():
     code = f"""
 import multiprocessing as mp, os, sys, threading
 sys.path.insert(0, {os.getcwd()!r})
-from mrbench.harness.affinity import pin_cpus
-from mrbench.harness.results import environment
+from mrbench.harness.measure.affinity import pin_cpus
+from mrbench.harness.record.results import environment
 from tests.unit.test_affinity import _child_affinity
 if __name__ == "__main__":
     go = threading.Event(); seen = []

@@ -1,4 +1,4 @@
-"""The canary (harness/canary.py) and what the gate does with it (compare.undisturbed_waves):
+"""The canary (harness/measure/canary.py) and what the gate does with it (latency.undisturbed_waves):
 a machine paused under the canary is seen as slow exactly over the pause; a P99 false alarm
 made by machine bursts in the candidate's waves goes away when the canary marks them; a
 candidate that is itself disturbed far more often keeps every wave; bad options exit 2."""
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from mrbench.contract import SideResult
-from mrbench.harness import canary, stats
-from mrbench.harness.compare import latency_check, undisturbed_waves
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks import stats
+from mrbench.harness.checks.latency import latency_check, undisturbed_waves
+from mrbench.harness.measure import canary
+from mrbench.harness.record.suite import Thresholds
 
 TH = Thresholds(latency_rel=0.05, median_rel=0.03)
 N_WAVES = 24

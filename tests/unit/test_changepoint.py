@@ -1,4 +1,4 @@
-"""Behavioural tests for harness/changepoint.py (E-Divisive means change-point detection)."""
+"""Behavioural tests for harness/checks/changepoint.py (E-Divisive means change-point detection)."""
 
 import math
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mrbench.harness import changepoint as cp
-from mrbench.harness.changepoint import ChangePoint, detect, energy_statistic
+from mrbench.harness.checks import changepoint as cp
+from mrbench.harness.checks.changepoint import ChangePoint, detect, energy_statistic
 
 
 def lognormal(seed: int, n: int, sigma: float, level: float = 100.0) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Chunked-prefill coverage and the fault that proves it.
 
-The counters (harness/collectors/prefill_chunks.py) place each scheduled chunk in its prompt;
-the check (compare.chunk_coverage_check) says whether both sides ran prompts in >= 3 chunks,
+The counters (harness/measure/prefill_chunks.py) place each scheduled chunk in its prompt;
+the check (coverage.chunk_coverage_check) says whether both sides ran prompts in >= 3 chunks,
 "not measured" (never a pass) where one did not; `chunk-slot-mapping` (the class of vLLM PR
 36580) maps a middle chunk's KV to the wrong slots. Sides are built by hand except in the
 last tests, which run the bundled runners on one prompt in 2 and in 3 chunks."""
@@ -11,11 +11,12 @@ import pytest
 from pydantic import ValidationError
 
 from mrbench.contract import EngineOptions, SideResult
-from mrbench.harness.collectors.prefill_chunks import MIDDLE, PROMPTS_3PLUS, PrefillChunks
-from mrbench.harness.compare import chunk_coverage_check, compare
-from mrbench.harness.references import REF_DIR, params_hash
-from mrbench.harness.suite import Thresholds, load_suite
-from mrbench.harness.targets.base import SideSpec, get_target
+from mrbench.harness.checks.compare import compare
+from mrbench.harness.checks.coverage import chunk_coverage_check
+from mrbench.harness.measure.prefill_chunks import MIDDLE, PROMPTS_3PLUS, PrefillChunks
+from mrbench.harness.record.references import REF_DIR, params_hash
+from mrbench.harness.record.suite import Thresholds, load_suite
+from mrbench.harness.run.targets.base import SideSpec, get_target
 from mrbench.runner_impl import COVERAGE_FAULTS, FAULTS
 from mrbench.workloads.gsm8k import Params
 from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS, generate

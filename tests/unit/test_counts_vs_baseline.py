@@ -2,9 +2,11 @@
 judged candidate against baseline; runners that differ by design are only reported; a
 stored reference of another build is "not measured", never an alarm."""
 from mrbench.contract import SideResult
-from mrbench.harness import phases, references
-from mrbench.harness.compare import compare, reference_check
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks.compare import compare
+from mrbench.harness.checks.counts import reference_check
+from mrbench.harness.measure import phases
+from mrbench.harness.record import references
+from mrbench.harness.record.suite import Thresholds
 
 TH = Thresholds(latency_metrics=[])
 

@@ -3,8 +3,8 @@ and the host, memory shares, and the serial plan as engines were always started.
 from dataclasses import replace
 
 from mrbench.contract import EngineOptions
-from mrbench.harness import engine_plan
-from mrbench.harness.targets.base import Footprint, SideSpec
+from mrbench.harness.run import engine_plan
+from mrbench.harness.run.targets.base import Footprint, SideSpec
 
 GiB = 1 << 30
 SIDES = dict(baseline=SideSpec("v1"), candidate=SideSpec("v2"))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from mrbench.harness import stats
-from mrbench.harness.campaign import aggregate_calibration, aggregate_power
-from mrbench.harness.formatting import fmt_exceedance
-from mrbench.harness.suite import load_suite
+from mrbench.harness.campaigns.campaign import aggregate_calibration, aggregate_power
+from mrbench.harness.checks import stats_across_runs
+from mrbench.harness.record.suite import load_suite
+from mrbench.harness.show.formatting import fmt_exceedance
 
 
 @pytest.mark.parametrize("n, z", [(6, 1.5), (16, 2.0)])
@@ -24,7 +24,7 @@ def test_the_upper_bound_covers_the_true_rate_at_its_level(n, z):
     truth = norm.sf(z)
     hits = plug = 0
     for _ in range(600):
-        e = stats.exceedance_bound_normal_nct(rng.normal(0.3, 2.0, n), 0.3 + 2.0 * z)
+        e = stats_across_runs.exceedance_bound_normal_nct(rng.normal(0.3, 2.0, n), 0.3 + 2.0 * z)
         hits += e.upper >= truth
         plug += e.estimate >= truth
     assert 0.92 <= hits / 600 <= 0.98
@@ -33,12 +33,12 @@ def test_the_upper_bound_covers_the_true_rate_at_its_level(n, z):
 
 def test_a_farther_bar_gives_a_smaller_bound_and_no_spread_measures_nothing():
     x = np.random.default_rng(3).normal(0.0, 0.01, 16)
-    near, far = (stats.exceedance_bound_normal_nct(x, t) for t in (0.02, 0.04))
+    near, far = (stats_across_runs.exceedance_bound_normal_nct(x, t) for t in (0.02, 0.04))
     assert far.upper < near.upper < 1 and far.estimate < near.estimate
     assert near.estimate < near.upper and near.normality_p > 0.01
     assert "non-central t" in near.method and near.runs == 16 and near.level == 0.95
     for bad in ([0.01, 0.02], [0.01] * 5, []):
-        e = stats.exceedance_bound_normal_nct(bad, 0.05)
+        e = stats_across_runs.exceedance_bound_normal_nct(bad, 0.05)
         assert math.isnan(e.upper) and math.isnan(e.estimate)
 
 
@@ -69,6 +69,6 @@ def test_calibrate_and_power_bound_each_latency_checks_rate(tmp_path):
     json.dumps(res, allow_nan=False)
     assert aggregate_calibration(suite, tight[:2])["checks"]["gsm8k/p99_step_ms"][
         "exceedance"] is None                             # two runs: not measured
-    from mrbench.harness.campaign_report import render_campaign
+    from mrbench.harness.show.campaign_report import render_campaign
     html = render_campaign(tmp_path, "calibrate", aggregate_calibration(suite, tight))
     assert 'id="exceedance"' in html.read_text()

@@ -3,9 +3,9 @@ says "not measured" (with the failure), never "missed"; the table, the report an
 markdown summary agree."""
 import json
 
-from mrbench.harness.run_record import fault_status
-from mrbench.harness.campaign_report import _matrix
-from mrbench.harness.markdown import faults_markdown
+from mrbench.harness.record.run_record import fault_status
+from mrbench.harness.show.campaign_report import _matrix
+from mrbench.harness.show.markdown import faults_markdown
 
 FAILED = [dict(workload="gsm8k-pd-eagle", side="baseline",
                error="RuntimeError: the PD pair's prefill engine failed in a step: boom")]

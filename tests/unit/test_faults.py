@@ -10,7 +10,7 @@ import pytest
 from support.runner import RUNNER_KW, make_prompts
 from torch.profiler import ProfilerActivity, profile
 
-from mrbench.harness.targets.bundled import label_phases
+from mrbench.harness.run.targets.bundled import label_phases
 from mrbench.runner_impl import FAULTS, LLM, SamplingParams
 from mrbench.runner_impl.v2.dispatch import is_prefill_key
 

@@ -5,16 +5,13 @@ import numpy as np
 import pytest
 
 from mrbench.contract import SideResult
-from mrbench.harness import references
-from mrbench.harness.compare import (
-    MIN_WAVES,
-    dispatch_check,
-    latency_check,
-    reference_check,
-    spec_summary,
-)
-from mrbench.harness.execute import wave_order
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks.counts import reference_check
+from mrbench.harness.checks.coverage import dispatch_check
+from mrbench.harness.checks.latency import MIN_WAVES, latency_check
+from mrbench.harness.checks.spec import spec_summary
+from mrbench.harness.record import references
+from mrbench.harness.record.suite import Thresholds
+from mrbench.harness.run.execute import wave_order
 
 TH = Thresholds(latency_rel=0.25)
 

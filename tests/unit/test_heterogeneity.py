@@ -8,16 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from mrbench.harness import stats
-from mrbench.harness.campaign import aggregate_calibration, aggregate_power
-from mrbench.harness.formatting import fmt_heterogeneity
-from mrbench.harness.suite import load_suite
+from mrbench.harness.campaigns.campaign import aggregate_calibration, aggregate_power
+from mrbench.harness.checks import stats_across_runs
+from mrbench.harness.record.suite import load_suite
+from mrbench.harness.show.formatting import fmt_heterogeneity
 
 
 def test_runs_that_share_one_value_show_no_spread_beyond_their_errors():
     rng = np.random.default_rng(7)
     se = rng.uniform(0.008, 0.012, 400)
-    h = stats.heterogeneity_cochran_q(rng.normal(0, se), se)
+    h = stats_across_runs.heterogeneity_cochran_q(rng.normal(0, se), se)
     assert h.runs == 400 and h.df == 399
     assert h.p_value > 0.01 and h.tau < 0.003 and 0.9 < h.se_ratio < 1.1
     assert "Cochran" in h.method
@@ -27,7 +27,7 @@ def test_an_effect_of_each_run_is_found_and_sized():
     rng = np.random.default_rng(8)
     se = np.full(400, 0.009)
     est = rng.normal(0, 0.014, 400) + rng.normal(0, se)   # a 1.4 % effect per run
-    h = stats.heterogeneity_cochran_q(est, se)
+    h = stats_across_runs.heterogeneity_cochran_q(est, se)
     assert h.p_value < 1e-6
     assert h.tau == pytest.approx(0.014, rel=0.15)
     assert h.se_ratio == pytest.approx(math.hypot(0.014, 0.009) / 0.009, rel=0.1)
@@ -35,11 +35,11 @@ def test_an_effect_of_each_run_is_found_and_sized():
 
 
 def test_too_few_runs_or_bad_errors_measure_nothing():
-    assert math.isnan(stats.heterogeneity_cochran_q([0.1, 0.2], [0.01, 0.01]).p_value)
-    h = stats.heterogeneity_cochran_q([0.1, 0.2, 0.3, np.nan], [0.01, 0, -1, 0.01])
+    assert math.isnan(stats_across_runs.heterogeneity_cochran_q([0.1, 0.2], [0.01, 0.01]).p_value)
+    h = stats_across_runs.heterogeneity_cochran_q([0.1, 0.2, 0.3, np.nan], [0.01, 0, -1, 0.01])
     assert h.runs == 1 and math.isnan(h.q)                # only one usable run
     with pytest.raises(ValueError, match="differ in length"):
-        stats.heterogeneity_cochran_q([0.1, 0.2, 0.3], [0.01, 0.01])
+        stats_across_runs.heterogeneity_cochran_q([0.1, 0.2, 0.3], [0.01, 0.01])
 
 
 def _summary(delta, half_width, faults=()):
@@ -69,7 +69,7 @@ def test_calibrate_and_power_report_it_per_latency_check():
 
 
 def test_the_campaign_report_shows_it(tmp_path):
-    from mrbench.harness.campaign_report import render_campaign
+    from mrbench.harness.show.campaign_report import render_campaign
     suite = load_suite("gpu-quick:gsm8k")
     wide = [(_summary(d, 0.016), 0) for d in (-0.04, 0.05, -0.03, 0.045, 0.0, -0.05)]
     html = render_campaign(tmp_path, "calibrate", aggregate_calibration(suite, wide)).read_text()

@@ -111,7 +111,7 @@ def test_adding_a_non_run_changes_nothing(tmp_path, capsys, hist):
 
 def _synthetic_db(path, cand, base, metric="p99_e2e_ms"):
     """A history written straight into the schema: one workload, both sides of `metric`."""
-    from mrbench.harness import history
+    from mrbench.harness.record import history
     with sqlite3.connect(path) as con:
         con.executescript(history._SCHEMA)
         con.execute("INSERT INTO meta VALUES ('schema', ?)", (history.SCHEMA_VERSION,))
@@ -128,7 +128,7 @@ def _synthetic_db(path, cand, base, metric="p99_e2e_ms"):
 def test_machine_drift_moving_both_sides_is_not_a_latency_change(tmp_path):
     """The machine slows by 40 % from run 5 on both sides: the ratio trend stays flat (no
     change), the absolute trend (opt-in) marks run 5; a candidate-only slowdown is marked."""
-    from mrbench.harness.history_report import analyse
+    from mrbench.harness.show.history_report import analyse
     base = [100, 102, 99, 101, 140, 141, 139, 142]
     drift = _synthetic_db(tmp_path / "d.sqlite", [b * 1.05 for b in base], base)
     marked = lambda res: [(c["metric"], c["index"] + 1) for g in res["groups"]

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from mrbench.harness import history, stats
-from mrbench.harness.history_gate import ratio_checks
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks import stats_across_runs
+from mrbench.harness.checks.history_gate import ratio_checks
+from mrbench.harness.record import history
+from mrbench.harness.record.suite import Thresholds
 
 TH = Thresholds(median_rel=0.03)
 
@@ -86,15 +87,15 @@ def test_only_judged_latency_checks_are_compared(db):
 
 def test_prediction_shift_t_is_the_prediction_interval_statistic():
     x = np.array([0.1, 0.2, 0.15, 0.12])
-    r = stats.prediction_shift_t(x, 0.4)
+    r = stats_across_runs.prediction_shift_t(x, 0.4)
     t = (0.4 - x.mean()) / (x.std(ddof=1) * math.sqrt(1 + 1 / 4))
     assert r.statistic == pytest.approx(t) and r.p_value == pytest.approx(st.t.sf(t, 3))
-    assert math.isnan(stats.prediction_shift_t([0.1, 0.2], 0.4).p_value)
-    assert math.isnan(stats.prediction_shift_t([0.1, 0.1, 0.1], 0.4).p_value)
+    assert math.isnan(stats_across_runs.prediction_shift_t([0.1, 0.2], 0.4).p_value)
+    assert math.isnan(stats_across_runs.prediction_shift_t([0.1, 0.1, 0.1], 0.4).p_value)
 
 
 def test_history_rel_sets_the_bar_apart_from_the_runs_own():
     loose = Thresholds(median_rel=0.35, history_rel=0.03)   # a V2-vs-V1 bar, a tight drift bar
-    from mrbench.harness.history_gate import bar_of
+    from mrbench.harness.checks.history_gate import bar_of
     assert bar_of(loose, "median_step_ms") == 0.03 and bar_of(loose, "p99_itl_ms") == 0.03
     assert bar_of(TH, "median_step_ms") == 0.03 and bar_of(TH, "p99_itl_ms") == 0.25

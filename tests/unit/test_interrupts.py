@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from mrbench.harness import interrupts
+from mrbench.harness.run import interrupts
 
 
 def _signal_self(sig: signal.Signals) -> None:

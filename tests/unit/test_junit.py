@@ -8,7 +8,7 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 from mrbench.harness.cli import main
-from mrbench.harness.junit import write_junit
+from mrbench.harness.show.junit import write_junit
 
 
 def _check(metric, verdict, note="", workload="gsm8k"):

@@ -25,7 +25,7 @@ lm_eval = pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from mrbench.harness.lm_eval_model import MRBenchLM  # noqa: E402
+from mrbench.harness.run.lm_eval_model import MRBenchLM  # noqa: E402
 from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS  # noqa: E402
 from mrbench.workloads.gsm8k_problems import main as write_problems  # noqa: E402
 from mrbench.workloads.gsm8k_scoring import FALLBACK, PROMPT, STOP, score, score_all  # noqa: E402
@@ -305,7 +305,7 @@ def test_the_scorer_flag_reaches_the_gsm8k_workload():
     from mrbench.contract import BadInput
     from mrbench.harness.cli import _parser
     from mrbench.harness.commands.common import suite_and_sides
-    from mrbench.harness.orchestrate import Overrides
+    from mrbench.harness.run.orchestrate import Overrides
     from mrbench.workloads import get_workload
     a = _parser().parse_args(["run", "gsm8k", "--scorer", "lm-eval"])
     suite, _, _, ov = suite_and_sides(a)

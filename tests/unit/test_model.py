@@ -17,7 +17,7 @@ from mrbench.runner_impl.model import (
     load_model,
     load_tokenizer,
 )
-from support.tiny_llama import make_tiny_llama
+from mrbench.runner_impl.model.random_llama import make_tiny_llama
 
 ATOL = 1e-4
 SEQ_LENS = (13, 9, 21, 5)

@@ -3,7 +3,7 @@ its own: it must stay the nightly's own entries (the timing is of nightly, not o
 look-alike), spec cut to the k = 4 points the earlier run did not reach."""
 from pathlib import Path
 
-from mrbench.harness.suite import load_suite
+from mrbench.harness.record.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 

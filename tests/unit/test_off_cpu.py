@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from mrbench.contract import SideResult
-from mrbench.harness.canary import MAX_OFF_CPU, off_cpu_share
-from mrbench.harness.compare import compare, machine_busy
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks.compare import compare, machine_busy
+from mrbench.harness.measure.canary import MAX_OFF_CPU, off_cpu_share
+from mrbench.harness.record.suite import Thresholds
 
 TH = Thresholds(latency_rel=0.20, median_rel=0.20,
                 latency_metrics=["p99_step_ms", "median_step_ms"])

@@ -1,4 +1,4 @@
-"""The run-order diagnostic of a blocked latency check (compare._order_note): a cost of
+"""The run-order diagnostic of a blocked latency check (latency._order_note): a cost of
 running second in a wave is estimated, and the AB/BA pairs remove it."""
 import math
 import re
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from mrbench.harness.compare import _order_note
+from mrbench.harness.checks.latency import _order_note
 
 
 def _cand(n_waves: int) -> SimpleNamespace:

@@ -1,18 +1,17 @@
 """The harness's own phase ranges and what the count checks make of them.
 
 A runner's phases are ranges the harness puts around the runner's own methods
-(harness/phases.py); the counters attribute each event to the innermost range; a check
+(harness/measure/phases.py); the counters attribute each event to the innermost range; a check
 whose phases never ran says "not measured" (an error row, never a pass); on CUDA a sync is
 the host waiting for the device, not a host-side `.item()`."""
 import torch
 
 from mrbench.contract import SideResult
-from mrbench.harness import phases
-from mrbench.harness.collectors.profiler import count_per_step, profiled
-from mrbench.harness.compare import not_measured, sync_check, sync_warnings_check
-from mrbench.harness.run_record import overall_verdict
-from mrbench.harness.run_record import Check
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks.counts import not_measured, sync_check, sync_warnings_check
+from mrbench.harness.measure import phases
+from mrbench.harness.measure.profiler import count_per_step, profiled
+from mrbench.harness.record.run_record import Check, overall_verdict
+from mrbench.harness.record.suite import Thresholds
 
 
 class ToyModel(torch.nn.Module):
@@ -181,7 +180,7 @@ def test_error_checks_fail_the_run_but_info_does_not():
 def test_the_bundled_runners_are_labelled_by_the_harness_not_by_themselves():
     """runner_impl emits no profiler ranges; `label_phases` puts the harness's around each
     runner's phase methods, and then every phase of every step is seen to run."""
-    from mrbench.harness.targets.bundled import label_phases
+    from mrbench.harness.run.targets.bundled import label_phases
     from mrbench.runner_impl import LLM, SamplingParams
     for runner in ("v2", "v1"):
         llm = LLM(None, runner=runner, max_num_seqs=2, num_speculative_tokens=1)

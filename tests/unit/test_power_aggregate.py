@@ -1,17 +1,16 @@
 """A power study's table from run summaries: clean and ruler runs told apart by the
 candidate's recorded faults, any number of each (a study split over GPU jobs), the MDE
 only where every larger size also reached the target, and what each size moved."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness.campaign import aggregate_power, ruler_pct
+from mrbench.harness.campaigns.campaign import aggregate_power, ruler_pct
 from mrbench.harness.cli import main
-from mrbench.harness.results import read_campaign
-from mrbench.harness.suite import load_suite
+from mrbench.harness.record.results import read_campaign
+from mrbench.harness.record.suite import load_suite
 
 SUITE = load_suite("gpu-quick:gsm8k")
 
@@ -156,7 +155,7 @@ def test_calibrate_read_back_takes_a_power_studys_clean_runs_and_refuses_its_rul
 def test_the_rulers_own_account_is_set_beside_what_moved():
     """A ruler that hides (busy time the device waited through anyway) shows as 'added
     7.6, moved 2': the runs' `ruler_added_pct` is aggregated per size and printed."""
-    from mrbench.harness.formatting import fmt_realized
+    from mrbench.harness.show.formatting import fmt_realized
     runs = []
     for i, added in enumerate((7.4, 7.6, 7.9)):
         s = _summary(["slow-step:7.6"], [], 0.02)
@@ -172,12 +171,12 @@ def test_the_rulers_own_account_is_set_beside_what_moved():
 
 
 def test_ruler_added_pct_is_the_busy_share_of_the_slowed_steps():
-    """compare.ruler_added_pct: busy time over the slowed steps' time without it; steps
+    """latency.ruler_added_pct: busy time over the slowed steps' time without it; steps
     the ruler did not see (no `ruler_ms`, NaN from a CSV, or 0) are left out; None
     without a ruler."""
     from types import SimpleNamespace
 
-    from mrbench.harness.compare import ruler_added_pct
+    from mrbench.harness.checks.latency import ruler_added_pct
     steps = [dict(duration_ms=1.1, ruler_ms=0.1), dict(duration_ms=2.2, ruler_ms=0.2),
              dict(duration_ms=5.0, ruler_ms=0.0), dict(duration_ms=9.0),
              dict(duration_ms=9.0, ruler_ms=float("nan"))]
@@ -188,7 +187,7 @@ def test_ruler_added_pct_is_the_busy_share_of_the_slowed_steps():
 def test_the_estimates_figure_puts_each_run_against_its_checks_bar():
     """One panel per judged latency check: every run's estimate in its setting's column,
     filled where the run flagged the check, the bar as a line at the check's own bar."""
-    from mrbench.harness.campaign_report import power_figures
+    from mrbench.harness.show.campaign_report import power_figures
     res = aggregate_power(SUITE, _runs())
     fig = power_figures(res)["estimates"]
     panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
@@ -204,37 +203,3 @@ def test_the_estimates_figure_puts_each_run_against_its_checks_bar():
         assert bars == [pytest.approx(100 * res["checks"][name]["bar"])]
         cols = sorted({round(x) for (x, _), _ in points})
         assert cols == [0, 1, 2]                          # clean, +5 %, +10 %
-
-
-def test_the_build_order_script_splits_a_a_runs_by_the_order_recorded(tmp_path, capsys):
-    """Runs are grouped by the manifest's isolation.build_first (runs from before it was
-    recorded built the candidate first); the two orders' means and their Welch difference
-    are printed, the figure drawn; a ruler run is refused."""
-    spec = importlib.util.spec_from_file_location(
-        "build_order_from_runs",
-        Path(__file__).resolve().parents[2] / "scripts" / "build_order_from_runs.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    deltas = {"c": [0.02, 0.03, 0.01, 0.02], "b": [-0.01, 0.0, -0.02]}
-    for o, ds in deltas.items():
-        for i, d in enumerate(ds):
-            run = tmp_path / "runs" / f"{o}{i}"
-            run.mkdir(parents=True)
-            (run / "summary.json").write_text(json.dumps(_summary([], [], d)))
-            if o == "b":
-                iso = {"build_first": "baseline"}
-            else:                                   # c0: a run from before the record
-                iso = {"build_first": "candidate"} if i else {}
-            (run / "manifest.json").write_text(json.dumps({"isolation": iso}))
-    png = tmp_path / "bo.png"
-    assert script.main(["gpu-quick:gsm8k", str(tmp_path / "runs"), "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert "median_step_ms             candidate first:   4 runs  mean  +2.00 %" in out
-    assert "median_step_ms              baseline first:   3 runs  mean  -1.00 %" in out
-    assert "candidate-first minus baseline-first: +3.00 %" in out and "Welch t" in out
-    assert png.read_bytes()[:4] == b"\x89PNG"
-    ruler = tmp_path / "runs" / "r0"
-    ruler.mkdir()
-    (ruler / "summary.json").write_text(json.dumps(_summary(["slow-step:7.6"], [], 0.08)))
-    assert script.main(["gpu-quick:gsm8k", str(tmp_path / "runs")]) == 2
-    assert "carry candidate faults" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""count_per_step (harness/collectors/profiler.py) counts with arrays; this holds it to the
+"""count_per_step (harness/measure/profiler.py) counts with arrays; this holds it to the
 rule it implements, written out event by event: an event counts for the step window holding
 it and for the innermost phase range holding it (the latest-starting range, the ranges of
 one label merged; a tie goes to the phase listed first), labels themselves only as "the
@@ -10,9 +10,8 @@ import bisect
 import numpy as np
 import pytest
 
-from mrbench.harness import phases
-from mrbench.harness.collectors.profiler import (CUDA_SYNC_CALLS, LISTED_OPS, count_per_step,
-                                                 is_sync)
+from mrbench.harness.measure import phases
+from mrbench.harness.measure.profiler import CUDA_SYNC_CALLS, LISTED_OPS, count_per_step, is_sync
 
 NAMES = ("aten::mm", "aten::add", "aten::_local_scalar_dense", "aten::item", "aten::nonzero",
          "cudaStreamSynchronize", "cudaMemcpy", "cudaLaunchKernel", "[memory]", "misc")

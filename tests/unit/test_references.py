@@ -1,5 +1,5 @@
 """Stored op-count references follow a workload point, not the sweep around it."""
-from mrbench.harness.references import params_hash
+from mrbench.harness.record.references import params_hash
 from mrbench.workloads.spec_decode import WORKLOAD, Params
 
 

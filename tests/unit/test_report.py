@@ -1,4 +1,4 @@
-"""harness/report.py: one self-contained, escaped HTML file from a synthetic results dir."""
+"""harness/show/report.py: one self-contained, escaped HTML file from a synthetic results dir."""
 from __future__ import annotations
 
 import base64
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mrbench.harness.report import fmt_num, render_report
+from mrbench.harness.show.formatting import fmt_num
+from mrbench.harness.show.report import render_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 XSS = "<script>alert('x')</script> & boom"

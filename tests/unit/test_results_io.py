@@ -1,4 +1,4 @@
-"""harness/results.py as the one writer and reader of a results directory: the format
+"""harness/record/results.py as the one writer and reader of a results directory: the format
 version, storage that does not render, the report of a run's final directory, and compare
 and report reading the same rows."""
 from __future__ import annotations
@@ -9,10 +9,8 @@ from pathlib import Path
 import pytest
 
 from mrbench.contract import BadInput, SideResult
-from mrbench.harness import report as report_mod
 from mrbench.harness.cli import main
-from mrbench.harness.report import render_report
-from mrbench.harness.results import (
+from mrbench.harness.record.results import (
     RESULTS_FORMAT,
     RunWriter,
     check_format,
@@ -20,6 +18,8 @@ from mrbench.harness.results import (
     read_run,
     read_table,
 )
+from mrbench.harness.show import report as report_mod
+from mrbench.harness.show.report import render_report
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "vllm_bench"
 NEWER = RESULTS_FORMAT + 1
@@ -192,8 +192,8 @@ def test_a_bad_faults_json_is_one_line_for_report_markdown(tmp_path, capsys, tex
 def test_a_campaigns_result_is_stamped_with_the_format(tmp_path):
     """faults.json, calibration.json and power.json carry results_format like a manifest,
     so a reader can refuse a newer one (read_campaign)."""
-    from mrbench.harness.campaign import _guarded
-    from mrbench.harness.results import read_campaign
+    from mrbench.harness.campaigns.campaign import _guarded
+    from mrbench.harness.record.results import read_campaign
     res, path = _guarded(tmp_path / "camp", lambda camp: ("power.json", {"suite": "s"}))
     assert res["results_format"] == RESULTS_FORMAT
     assert read_campaign(path, "power.json") == res

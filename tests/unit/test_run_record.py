@@ -1,11 +1,11 @@
-"""The run record's types (harness/run_record.py): verdicts are StrEnums whose values are the
+"""The run record's types (harness/record/run_record.py): verdicts are StrEnums whose values are the
 JSON strings, so what is written is unchanged and what is read back compares equal; and no
 verdict is spelt as a bare literal outside that module again."""
 import json
 import re
 from pathlib import Path
 
-from mrbench.harness.run_record import Check, RunVerdict, Verdict
+from mrbench.harness.record.run_record import Check, RunVerdict, Verdict
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 

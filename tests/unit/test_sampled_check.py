@@ -1,9 +1,10 @@
-"""`sampled_distribution` and the agreement rule for sampled workloads (harness/compare.py),
+"""`sampled_distribution` and the agreement rule for sampled workloads (harness/checks/correctness.py),
 on synthetic sides: the test is judged only with enough prompts, passes equal streams,
 catches collapsed streams, and token agreement is not gated when samplers differ."""
 from mrbench.contract import SideResult
-from mrbench.harness.compare import compare, min_sampled_prompts, sampled_check
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks.compare import compare
+from mrbench.harness.checks.correctness import min_sampled_prompts, sampled_check
+from mrbench.harness.record.suite import Thresholds
 
 TH = Thresholds(latency_metrics=[])
 

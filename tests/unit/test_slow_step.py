@@ -162,6 +162,7 @@ def test_each_step_carries_its_threads_clock():
     synchronous step (runner_impl/thread_clock.py): on a CPU-bound step the CPU time is
     most of the wall time, and it never exceeds it by more than the clocks' resolution."""
     import sys
+
     from mrbench.runner_impl.thread_clock import thread_clock
     c0 = thread_clock()
     sum(i * i for i in range(200_000))

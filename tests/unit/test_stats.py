@@ -1,4 +1,4 @@
-"""Behavioural tests for harness/stats.py: coverage, known values, determinism, error cases."""
+"""Behavioural tests for harness/checks/stats.py: coverage, known values, determinism, error cases."""
 
 import math
 
@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 from scipy import stats as sps
 
-from mrbench.harness import stats as st
+from mrbench.harness.checks import stats as st
+from mrbench.harness.checks import stats_bootstrap
 
 finite = hst.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 samples_st = hst.lists(finite, min_size=1, max_size=60)
@@ -126,9 +127,9 @@ def test_order_statistic_ci_empty_is_nan():
 @pytest.mark.parametrize("level", [0, 1, 95, -0.5, float("nan")])
 def test_cis_reject_invalid_level(level):
     for fn in (lambda: st.percentile_ci_order_statistic([1, 2, 3], 50, level),
-               lambda: st.percentile_ci_bootstrap([1, 2, 3], 50, level),
-               lambda: st.diff_percentile_ci_bootstrap([1, 2], [1, 2], 50, level),
-               lambda: st.ratio_percentile_ci_bootstrap([1, 2], [1, 2], 50, level),
+               lambda: stats_bootstrap.percentile_ci_bootstrap([1, 2, 3], 50, level),
+               lambda: stats_bootstrap.diff_percentile_ci_bootstrap([1, 2], [1, 2], 50, level),
+               lambda: stats_bootstrap.ratio_percentile_ci_bootstrap([1, 2], [1, 2], 50, level),
                lambda: st.proportion_ci_wilson(1, 2, level),
                lambda: st.paired_diff_proportion_ci([1, 0], [1, 1], level),
                lambda: st.mean_ci_t([1, 2, 3], level)):
@@ -139,9 +140,9 @@ def test_cis_reject_invalid_level(level):
 @pytest.mark.parametrize("q", [-0.1, 101, float("nan")])
 def test_cis_reject_invalid_q(q):
     for fn in (lambda: st.percentile_ci_order_statistic([1, 2, 3], q),
-               lambda: st.percentile_ci_bootstrap([1, 2, 3], q),
-               lambda: st.diff_percentile_ci_bootstrap([1, 2], [1, 2], q),
-               lambda: st.ratio_percentile_ci_bootstrap([1, 2], [1, 2], q)):
+               lambda: stats_bootstrap.percentile_ci_bootstrap([1, 2, 3], q),
+               lambda: stats_bootstrap.diff_percentile_ci_bootstrap([1, 2], [1, 2], q),
+               lambda: stats_bootstrap.ratio_percentile_ci_bootstrap([1, 2], [1, 2], q)):
         with pytest.raises(ValueError, match="q must"):
             fn()
 
@@ -150,9 +151,9 @@ def test_cis_reject_invalid_q(q):
 
 def test_percentile_bootstrap_is_deterministic_under_seed():
     x = np.random.default_rng(0).gamma(2.0, size=300)
-    a = st.percentile_ci_bootstrap(x, 90, seed=5)
-    b = st.percentile_ci_bootstrap(list(x), 90, seed=5)
-    c = st.percentile_ci_bootstrap(x, 90, seed=6)
+    a = stats_bootstrap.percentile_ci_bootstrap(x, 90, seed=5)
+    b = stats_bootstrap.percentile_ci_bootstrap(list(x), 90, seed=5)
+    c = stats_bootstrap.percentile_ci_bootstrap(x, 90, seed=6)
     assert a == b
     assert (a.lo, a.hi) != (c.lo, c.hi)
     assert a.estimate == pytest.approx(np.percentile(x, 90))
@@ -166,22 +167,22 @@ def test_percentile_bootstrap_reasonable_coverage_of_median():
     reps = 120
     for i in range(reps):
         x = rng.normal(size=80)
-        iv = st.percentile_ci_bootstrap(x, 50, n_boot=400, seed=i)
+        iv = stats_bootstrap.percentile_ci_bootstrap(x, 50, n_boot=400, seed=i)
         hits += iv.lo <= 0.0 <= iv.hi
     assert hits / reps >= 0.85
 
 
 def test_percentile_bootstrap_constant_and_empty():
-    iv = st.percentile_ci_bootstrap([4.0] * 10, 99)
+    iv = stats_bootstrap.percentile_ci_bootstrap([4.0] * 10, 99)
     assert iv.lo == iv.hi == iv.estimate == 4.0
-    empty = st.percentile_ci_bootstrap([float("nan")], 50)
+    empty = stats_bootstrap.percentile_ci_bootstrap([float("nan")], 50)
     assert math.isnan(empty.estimate) and math.isnan(empty.lo) and math.isnan(empty.hi)
 
 
 def test_percentile_bootstrap_rejects_bad_n_boot():
     for nb in (0, -5, 2.5):
         with pytest.raises(ValueError, match="n_boot"):
-            st.percentile_ci_bootstrap([1, 2, 3], 50, n_boot=nb)
+            stats_bootstrap.percentile_ci_bootstrap([1, 2, 3], 50, n_boot=nb)
 
 
 def test_diff_bootstrap_excludes_zero_for_shifted_samples():
@@ -189,16 +190,16 @@ def test_diff_bootstrap_excludes_zero_for_shifted_samples():
     base = rng.lognormal(3.0, 0.3, size=400)
     cand = base * 1.2 + rng.normal(0, 0.5, size=400)  # 20% slower
     for q in (50, 90):
-        iv = st.diff_percentile_ci_bootstrap(base, cand, q)
+        iv = stats_bootstrap.diff_percentile_ci_bootstrap(base, cand, q)
         assert iv.lo > 0
         assert iv.estimate == pytest.approx(np.percentile(cand, q) - np.percentile(base, q))
-    down = st.diff_percentile_ci_bootstrap(cand, base, 50)
+    down = stats_bootstrap.diff_percentile_ci_bootstrap(cand, base, 50)
     assert down.hi < 0
 
 
 def test_diff_bootstrap_includes_zero_for_identical_samples():
     x = np.random.default_rng(2).exponential(10.0, size=300)
-    iv = st.diff_percentile_ci_bootstrap(x, x.copy(), 90)
+    iv = stats_bootstrap.diff_percentile_ci_bootstrap(x, x.copy(), 90)
     assert iv.estimate == 0.0
     assert iv.lo < 0 < iv.hi
 
@@ -210,7 +211,7 @@ def test_diff_bootstrap_null_coverage():
     hits = 0
     for i in range(reps):
         a, b = rng.normal(100, 10, size=(2, 150))
-        iv = st.diff_percentile_ci_bootstrap(a, b, 50, n_boot=400, seed=i)
+        iv = stats_bootstrap.diff_percentile_ci_bootstrap(a, b, 50, n_boot=400, seed=i)
         hits += iv.lo <= 0 <= iv.hi
     assert hits / reps >= 0.85
 
@@ -218,11 +219,11 @@ def test_diff_bootstrap_null_coverage():
 def test_diff_bootstrap_deterministic_and_nan_dropping():
     rng = np.random.default_rng(4)
     base, cand = rng.normal(size=(2, 100))
-    a = st.diff_percentile_ci_bootstrap(base, cand, 75, seed=9)
-    b = st.diff_percentile_ci_bootstrap(
+    a = stats_bootstrap.diff_percentile_ci_bootstrap(base, cand, 75, seed=9)
+    b = stats_bootstrap.diff_percentile_ci_bootstrap(
         pd.Series(np.append(base, np.nan)), np.insert(cand, 3, np.nan), 75, seed=9)
     assert a == b
-    e = st.diff_percentile_ci_bootstrap([], cand, 75)
+    e = stats_bootstrap.diff_percentile_ci_bootstrap([], cand, 75)
     assert math.isnan(e.estimate) and math.isnan(e.lo)
 
 
@@ -230,22 +231,22 @@ def test_ratio_bootstrap_relative_change():
     rng = np.random.default_rng(5)
     base = rng.lognormal(4.0, 0.2, size=500)
     cand = base * 1.10
-    iv = st.ratio_percentile_ci_bootstrap(base, cand, 50)
+    iv = stats_bootstrap.ratio_percentile_ci_bootstrap(base, cand, 50)
     assert iv.estimate == pytest.approx(0.10)
     assert iv.lo > 0 and iv.lo <= iv.estimate <= iv.hi
-    same = st.ratio_percentile_ci_bootstrap(base, base.copy(), 50)
+    same = stats_bootstrap.ratio_percentile_ci_bootstrap(base, base.copy(), 50)
     assert same.estimate == 0.0 and same.lo < 0 < same.hi
-    assert st.ratio_percentile_ci_bootstrap(base, cand, 50, seed=3) == \
-        st.ratio_percentile_ci_bootstrap(base, cand, 50, seed=3)
+    assert stats_bootstrap.ratio_percentile_ci_bootstrap(base, cand, 50, seed=3) == \
+        stats_bootstrap.ratio_percentile_ci_bootstrap(base, cand, 50, seed=3)
 
 
 def test_ratio_bootstrap_zero_base_percentile():
-    up = st.ratio_percentile_ci_bootstrap([0.0] * 5, [1.0, 2.0, 3.0], 50)
+    up = stats_bootstrap.ratio_percentile_ci_bootstrap([0.0] * 5, [1.0, 2.0, 3.0], 50)
     assert up.estimate == math.inf and up.hi == math.inf and up.lo == math.inf
-    both_zero = st.ratio_percentile_ci_bootstrap([0.0] * 5, [0.0] * 4, 50)
+    both_zero = stats_bootstrap.ratio_percentile_ci_bootstrap([0.0] * 5, [0.0] * 4, 50)
     assert math.isnan(both_zero.estimate) and math.isnan(both_zero.lo) and math.isnan(both_zero.hi)
     # base percentile sometimes zero in resamples: interval unbounded above, no NaN bounds
-    mixed = st.ratio_percentile_ci_bootstrap([0, 0, 0, 1, 2], [1, 2, 3, 4], 50)
+    mixed = stats_bootstrap.ratio_percentile_ci_bootstrap([0, 0, 0, 1, 2], [1, 2, 3, 4], 50)
     assert mixed.hi == math.inf and not math.isnan(mixed.lo)
 
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness import steptrace
 from mrbench.harness.cli import main
+from mrbench.harness.record import steptrace
 from mrbench.workloads.prompts import STOP, gsm8k_prompts
 
 

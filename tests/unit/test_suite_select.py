@@ -2,7 +2,7 @@
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness.suite import load_suite
+from mrbench.harness.record.suite import load_suite
 
 
 def test_select_keeps_the_entries_and_the_bars() -> None:

@@ -1,4 +1,4 @@
-"""`slow-step:PCT` on the vllm target (harness/targets/vllm_ruler.py), without vLLM: a
+"""`slow-step:PCT` on the vllm target (harness/run/targets/vllm_ruler.py), without vLLM: a
 fake runner class stands in for vLLM's. The wrapper adds busy work of PCT % of the engine
 step the harness measured (fed back), passes arguments, keywords and the result through, keeps
 one ruler per runner instance, and leaves unarmed runners, dummy runs and empty steps
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness.targets import vllm as vllm_target
-from mrbench.harness.targets import vllm_ruler
-from mrbench.harness.targets.base import SideSpec
+from mrbench.harness.run.targets import vllm as vllm_target
+from mrbench.harness.run.targets import vllm_args, vllm_ruler
+from mrbench.harness.run.targets.base import SideSpec
 from mrbench.runner_impl.slow_step import SlowStep
 
 WORK_S = 0.02          # the fake step's own busy time
@@ -171,8 +171,8 @@ def test_a_slowed_side_never_shares_an_engine_with_a_clean_one():
     clean = SideSpec("v1", target="vllm")
     slowed = SideSpec("v1", target="vllm", faults=("slow-step:20",))
     opts = EngineOptions()
-    assert vllm_target.engine_key(clean, opts, "/m", 64) != \
-        vllm_target.engine_key(slowed, opts, "/m", 64)
+    assert vllm_args.engine_key(clean, opts, "/m", 64) != \
+        vllm_args.engine_key(slowed, opts, "/m", 64)
 
 
 def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
@@ -181,9 +181,9 @@ def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
     import name 'LLM'" instead of skipping, and validate would not say "needs vLLM")."""
     from importlib.machinery import ModuleSpec
     folder = ModuleSpec("vllm", None, is_package=True)          # origin None: a folder
-    monkeypatch.setattr(vllm_target.importlib.util, "find_spec", lambda name: folder)
-    assert vllm_target.installed_version() is None
+    monkeypatch.setattr(vllm_args.importlib.util, "find_spec", lambda name: folder)
+    assert vllm_args.installed_version() is None
     real = ModuleSpec("vllm", None, origin="/site/vllm/__init__.py")
-    monkeypatch.setattr(vllm_target.importlib.util, "find_spec", lambda name: real)
-    monkeypatch.setattr(vllm_target, "version", lambda dist: "0.26.0")
-    assert vllm_target.installed_version() == "0.26.0"
+    monkeypatch.setattr(vllm_args.importlib.util, "find_spec", lambda name: real)
+    monkeypatch.setattr(vllm_args, "version", lambda dist: "0.26.0")
+    assert vllm_args.installed_version() == "0.26.0"

@@ -5,9 +5,9 @@ bootstrap stays near it, and still sees a real slowdown."""
 import numpy as np
 
 from mrbench.contract import SideResult
-from mrbench.harness import stats
-from mrbench.harness.compare import latency_check
-from mrbench.harness.suite import Thresholds
+from mrbench.harness.checks import stats_bootstrap
+from mrbench.harness.checks.latency import latency_check
+from mrbench.harness.record.suite import Thresholds
 
 
 def _waves(rng, n_waves=64, per_wave=16, wave_sd=0.2, within_sd=0.1, scale=1.0):
@@ -21,9 +21,9 @@ def test_wave_bootstrap_holds_its_level_where_the_request_bootstrap_does_not():
     trials, pooled, waved = 60, 0, 0
     for t in range(trials):
         b, c = _waves(rng), _waves(rng)
-        pooled += stats.ratio_percentile_ci_bootstrap(
+        pooled += stats_bootstrap.ratio_percentile_ci_bootstrap(
             np.concatenate(b), np.concatenate(c), 99, level=0.9, n_boot=300, seed=t).lo > 0
-        waved += stats.ratio_percentile_ci_wave_bootstrap(
+        waved += stats_bootstrap.ratio_percentile_ci_wave_bootstrap(
             b, c, 99, level=0.9, n_boot=300, seed=t).lo > 0
     # one-sided nominal 5 %: the request bootstrap sat near 27 % in 200 trials, the wave one
     # near 7 %; the bounds leave room for 60 trials' binomial spread
@@ -48,9 +48,9 @@ def test_the_gate_resamples_waves_and_sees_a_uniform_slowdown():
 
 
 def test_wave_bootstrap_edges():
-    assert np.isnan(stats.ratio_percentile_ci_wave_bootstrap([], [], 99).estimate)
+    assert np.isnan(stats_bootstrap.ratio_percentile_ci_wave_bootstrap([], [], 99).estimate)
     try:
-        stats.ratio_percentile_ci_wave_bootstrap([[1.0]], [[1.0], [2.0]], 99)
+        stats_bootstrap.ratio_percentile_ci_wave_bootstrap([[1.0]], [[1.0], [2.0]], 99)
     except ValueError as e:
         assert "same waves" in str(e)
     else:

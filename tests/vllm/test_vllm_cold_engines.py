@@ -9,7 +9,7 @@ import json
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.targets.vllm import installed_version
+from mrbench.harness.run.targets.vllm_args import installed_version
 
 
 @pytest.mark.skipif(installed_version() is None,

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.phases import HOT_PHASES
-from mrbench.harness.targets.vllm import installed_version
+from mrbench.harness.measure.phases import HOT_PHASES
+from mrbench.harness.run.targets.vllm_args import installed_version
 
 
 def _cuda() -> bool:

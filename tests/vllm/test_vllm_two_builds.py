@@ -10,9 +10,9 @@ import json
 import pytest
 from support.vllm_builds import EXTRA_OP, OTHER_DRAW
 
-from mrbench.harness.builds import overlay
 from mrbench.harness.cli import main
-from mrbench.harness.targets.vllm import installed_version
+from mrbench.harness.run.builds import overlay
+from mrbench.harness.run.targets.vllm_args import installed_version
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(installed_version() is None,

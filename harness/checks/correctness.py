@@ -1,0 +1,165 @@
+"""Correctness: whether the candidate computes what the baseline computes.
+
+Greedy decoding should give both sides the same tokens (token_agreement: the share of
+requests whose tokens are identical), and accuracy must not fall (accuracy_strict, paired
+by request). Runners with different samplers promise no equal streams, so a sampled
+workload's per-prompt distributions are compared instead (sampled_distribution). Across
+engines the kernels differ and a near-tie may flip once, so the share of equal tokens is
+judged (cross_engine_parity), not whole requests.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mrbench.contract import SideResult
+
+from ..measure.agreement import first_divergence
+from ..record.run_record import Check, Verdict
+from ..record.suite import Thresholds
+from . import stats
+
+
+def accuracy_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -> Check | None:
+    b = [r.get("correct_strict") for r in base.requests]
+    c = [r.get("correct_strict") for r in cand.requests]
+    if not b or any(x is None for x in b + c) or len(b) != len(c):
+        return None
+    mc = stats.mcnemar_exact(b, c)
+    ci = stats.paired_diff_proportion_ci(b, c, level=1 - th.alpha)
+    delta = float(np.mean(c) - np.mean(b))
+    regressed = mc.p_value < th.alpha and delta < -th.accuracy_drop
+    return Check(wl, "accuracy_strict", "fraction", float(np.mean(b)), float(np.mean(c)), delta,
+                 [ci.lo, ci.hi], mc.p_value, f"-{th.accuracy_drop} and p < {th.alpha}",
+                 f"{mc.method}; CI {ci.method}", Verdict.REGRESSION if regressed else Verdict.PASS,
+                 f"n = {len(b)}; discordant: base-only {int((np.array(b) & ~np.array(c)).sum())}"
+                 f", cand-only {int((~np.array(b) & np.array(c)).sum())}")
+
+
+def agreement_check(wl: str, base: SideResult, cand: SideResult,
+                    th: Thresholds) -> Check | None:
+    div = [first_divergence(b, c) for b, c in zip(base.tokens, cand.tokens)]
+    n, agree = len(div), sum(d == -1 for d in div)
+    if n == 0:                    # no tokens on a side (an imported vllm bench run): no check
+        return None
+    ci = stats.proportion_ci_wilson(agree, n, level=1 - 2 * th.alpha) if n else None
+    rate = agree / n if n else math.nan
+    regressed = ci is not None and ci.hi < th.agreement_min
+    note = "greedy tokens equal for every request"
+    if agree < n:
+        first = min((d, i) for i, d in enumerate(div) if d >= 0)
+        note = (f"{n - agree} of {n} requests diverge; earliest at output token {first[0]} "
+                f"(request {first[1]}); median first divergence "
+                f"{int(np.median([d for d in div if d >= 0]))}")
+    return Check(wl, "token_agreement", "fraction", 1.0, rate, rate - 1.0 if n else None,
+                 [ci.lo, ci.hi] if ci else None, None, f"CI upper < {th.agreement_min}",
+                 "share of requests with identical greedy tokens; Wilson CI",
+                 Verdict.REGRESSION if regressed else Verdict.PASS, note)
+
+
+SAMPLED_STATS = ("distinct_streams", "output_tokens", "accuracy_strict")
+
+
+def is_sampled(side: SideResult) -> bool:
+    """The workload sampled several streams per prompt (rows carry `sample_group`)."""
+    return any("sample_group" in r for r in side.requests)
+
+
+def _sampled_groups(side: SideResult) -> dict[int, dict[str, float]]:
+    """Per prompt with >= 2 samples: the share of distinct streams, the mean output length
+    and the strict accuracy of its samples (and `streams`, the number of distinct ones)."""
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(side.requests):
+        if r.get("sample_group") is not None and r.get("fits_context", True) \
+                and i < len(side.tokens):
+            groups.setdefault(int(r["sample_group"]), []).append(i)
+    out = {}
+    for g, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        toks = [tuple(side.tokens[i]) for i in idx]
+        out[g] = dict(streams=len(set(toks)), distinct_streams=len(set(toks)) / len(toks),
+                      output_tokens=float(np.mean([len(t) for t in toks])),
+                      accuracy_strict=float(np.mean([bool(side.requests[i].get("correct_strict"))
+                                                     for i in idx])))
+    return out
+
+
+def min_sampled_prompts(alpha: float, tests: int = len(SAMPLED_STATS)) -> int:
+    """Prompts a two-sided sign-flip test needs before its smallest p (2 / 2^n) can fall
+    below alpha / tests (Bonferroni)."""
+    return math.ceil(math.log2(2 * tests / alpha) + 1e-9)
+
+
+def sampled_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -> Check | None:
+    """Sampled distributions, paired by prompt: for each prompt, the share of distinct
+    streams among its samples, their mean length and their accuracy, candidate minus
+    baseline; a two-sided sign-flip permutation test per statistic (exact under H0: one
+    prompt's samples on the two runners are exchangeable), Bonferroni over the three. A
+    runner that shares random noise across rows collapses distinct streams; one that
+    mis-applies temperature or top-k/top-p moves lengths and accuracy. Valid whether or not
+    the two runners' samplers promise equal streams (equal streams give p = 1)."""
+    if not is_sampled(cand):
+        return None
+    b, c = _sampled_groups(base), _sampled_groups(cand)
+    common = sorted(set(b) & set(c))
+    k = len(SAMPLED_STATS)
+    thr = f"p < {th.alpha} (two-sided, Bonferroni over {k})"
+    need = min_sampled_prompts(th.alpha, k)
+    if len(common) < need:
+        return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
+                     thr, "-", Verdict.INFO, f"not measured: {len(common)} prompts with >= 2 "
+                     f"samples on both sides; the sign-flip test needs >= {need} to reach "
+                     f"alpha / {k}")
+    if not any(b[g]["streams"] > 1 for g in common):
+        return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
+                     thr, "-", Verdict.INFO, f"not measured: every one of the {len(common)} "
+                     "prompts gave a single stream on the baseline (a setting this cold is "
+                     "greedy in effect: shared or broken noise would not show)")
+    tests = {}
+    for name in SAMPLED_STATS:
+        d = [c[g][name] - b[g][name] for g in common]
+        tests[name] = (float(np.mean([b[g][name] for g in common])),
+                       float(np.mean([c[g][name] for g in common])),
+                       stats.sign_flip_test_paired(d, alternative="two-sided"))
+    worst = min(SAMPLED_STATS, key=lambda n: tests[n][2].p_value)
+    bm, cm, t = tests[worst]
+    p_adj = min(1.0, t.p_value * k)
+    note = "; ".join(f"{n} {tests[n][0]:.3g} -> {tests[n][1]:.3g} (p {tests[n][2].p_value:.3g})"
+                     for n in SAMPLED_STATS)
+    return Check(wl, "sampled_distribution", f"{worst} (mean per prompt)", bm, cm, cm - bm,
+                 None, p_adj, thr,
+                 f"per-prompt statistics over {len(common)} prompts, paired by prompt; "
+                 f"{t.method}; smallest p x {k} (Bonferroni)",
+                 Verdict.REGRESSION if p_adj < th.alpha else Verdict.PASS, note)
+
+
+def token_parity(base_tokens: list[list[int]], cand_tokens: list[list[int]]) -> tuple[int, int]:
+    """(equal, total) greedy output tokens, position by position; a token past the shorter
+    output counts as unequal (total = the longer of each pair)."""
+    equal = total = 0
+    for b, c in zip(base_tokens, cand_tokens):
+        equal += sum(x == y for x, y in zip(b, c))
+        total += max(len(b), len(c))
+    return equal, total
+
+
+def parity_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -> Check:
+    """Cross-engine parity on the same weights: the share of greedy output tokens two engines
+    agree on. Token-level, not request-level: engines differ in kernels, so a near-tie may flip
+    once in a long output (and everything after it), which a request-level share would count
+    as a whole failed request."""
+    eq, total = token_parity(base.tokens, cand.tokens)
+    rate = eq / total if total else math.nan
+    div = [first_divergence(b, c) for b, c in zip(base.tokens, cand.tokens)]
+    same = sum(d == -1 for d in div)
+    note = f"{same} of {len(div)} requests identical"
+    if same < len(div):
+        first = min((d, i) for i, d in enumerate(div) if d >= 0)
+        note += f"; earliest divergence at output token {first[0]} (request {first[1]})"
+    return Check(wl, "cross_engine_parity", "fraction", 1.0, rate,
+                 None if not total else rate - 1.0, None, None, f">= {th.parity_min}",
+                 f"share of equal greedy tokens, {base.resolved.get('target')} vs "
+                 f"{cand.resolved.get('target')}, same weights ({eq}/{total})",
+                 Verdict.REGRESSION if total and rate < th.parity_min else Verdict.PASS, note)

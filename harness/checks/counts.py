@@ -1,0 +1,191 @@
+"""Counts: syncs, ops and allocations per step, against the baseline, a sync budget or a
+stored reference.
+
+For a fixed batch sequence these counts are deterministic, so they are compared directly,
+without a statistical test: one extra sync or op a step shows without noise. A count is a
+measurement only where the phases it counts in were seen to run (`not_measured`); otherwise
+the check says so, as an error, never a pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mrbench.contract import SideResult
+
+from ..measure.phases import HOT_PHASES
+from ..record import references
+from ..record.references import count_means
+from ..record.run_record import Check, Verdict
+from ..record.suite import Thresholds
+from .sides import _not_gated, same_runner
+
+
+def _per_step_mean(side: SideResult, column: str) -> float | None:
+    vals = [r[column] for r in side.profile if column in r]
+    return float(np.mean(vals)) if vals else None
+
+
+def not_measured(side: SideResult, name: str) -> str | None:
+    """Why a side's per-phase counts measured nothing, or None if every hot phase was seen
+    to run. Zero syncs is a measurement only when the phases it counts in were seen to run;
+    a runner whose phase labels did not attach would otherwise pass by construction."""
+    if not side.profile:
+        return f"not measured: no profiled step on the {name}"
+    if f"ran_{HOT_PHASES[0]}" not in side.profile[0]:
+        return None                              # counted before phases were checked
+    dead = [p for p in HOT_PHASES if not any(r.get(f"ran_{p}") for r in side.profile)]
+    if not dead:
+        return None
+    probe = side.resolved.get("phase_probe") or {}
+    missing = probe.get("missing")
+    return (f"not measured: the {name}'s {', '.join(dead)} phase"
+            f"{'s' if len(dead) > 1 else ''} never ran in {len(side.profile)} profiled steps "
+            f"(runner {side.resolved.get('runner_class') or side.resolved.get('runner')}"
+            + (f"; labels that did not attach: {', '.join(missing)}" if missing else "") + ")")
+
+
+def _unmeasured_check(wl: str, metric: str, unit: str, why: str, threshold: str) -> Check:
+    return Check(wl, metric, unit, None, None, None, None, None, threshold,
+                 "deterministic count in the harness's phase ranges (torch.profiler)",
+                 Verdict.ERROR, why)
+
+
+def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
+               relative: bool = True) -> Check | None:
+    """Hot-path syncs per step: over the baseline (same engine only) or over the budget of a
+    runner that promises a sync-free hot path."""
+    if not cand.profile and not base.profile:
+        return None                              # the workload profiles nothing
+    thr = f"<= baseline + {th.syncs_increase}" + (
+        f" and <= {th.syncs_budget}" if th.syncs_budget is not None else "")
+    why = not_measured(cand, "candidate") or (relative and not_measured(base, "baseline"))
+    if why:
+        return _unmeasured_check(wl, "syncs_per_step", "syncs/step", why, thr)
+    b, c = _per_step_mean(base, "syncs_hot"), _per_step_mean(cand, "syncs_hot")
+    over_base = relative and b is not None and c > b + th.syncs_increase
+    # the absolute budget binds runners that promise a sync-free hot path (MRv2); a V1
+    # candidate (an A/A calibration) is held to its baseline only
+    over_budget = th.syncs_budget is not None and c > th.syncs_budget \
+        and cand.resolved.get("sync_free", True)
+    phases = ", ".join(f"{p} {np.mean([r[f'syncs_{p}'] for r in cand.profile]):.2f}"
+                       for p in ("prepare", "forward", "sample", "postprocess", "output")
+                       if cand.profile and f"syncs_{p}" in cand.profile[0])
+    steps_with = sum(r["syncs_hot"] > 0 for r in cand.profile)
+    return Check(wl, "syncs_per_step", "syncs/step", b, c, None if b is None else c - b, None,
+                 None, thr, "deterministic count in hot phases after warmup (torch.profiler)",
+                 Verdict.REGRESSION if over_base or over_budget else Verdict.PASS,
+                 f"candidate per phase: {phases}; {steps_with}/{len(cand.profile)} steps sync")
+
+
+def sync_warnings_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds
+                        ) -> Check | None:
+    """vLLM's own sync checker (`--vllm-sync-check warn`): its warnings per step on the
+    candidate. A runner that promises a sync-free hot path is held to the sync budget; any
+    candidate to its baseline. Not measured when the checker never armed on a side."""
+    if "sync_check_warnings" not in cand.counters:
+        return None                              # the checker was not asked for
+    thr = "<= baseline" + (f" and <= {th.syncs_budget}/step" if th.syncs_budget is not None
+                           else "")
+    for side, name in ((cand, "candidate"), (base, "baseline")):
+        if not side.counters.get("sync_check_armed"):
+            return _unmeasured_check(
+                wl, "sync_check_warnings", "warnings/step",
+                f"not measured: vLLM's VLLM_GPU_SYNC_CHECK never armed on the {name} (vLLM "
+                "arms it on CUDA only, after warmup)", thr)
+
+    def per_step(side: SideResult) -> float:
+        steps = max(1, int(side.counters.get("sync_check_steps") or len(side.steps) or 1))
+        return side.counters.get("sync_check_warnings", 0.0) / steps
+    b, c = per_step(base), per_step(cand)
+    over_budget = th.syncs_budget is not None and c > th.syncs_budget \
+        and cand.resolved.get("sync_free", True)
+    sites = cand.resolved.get("sync_check_sites") or {}
+    note = "no synchronizing CUDA operation reported on the candidate"
+    if cand.counters.get("sync_check_warnings"):
+        note = (f"{int(cand.counters['sync_check_warnings'])} warnings over "
+                f"{int(cand.counters.get('sync_check_steps') or 0)} steps")
+    return Check(wl, "sync_check_warnings", "warnings/step", b, c, c - b, None, None, thr,
+                 "vLLM's VLLM_GPU_SYNC_CHECK=warn around execute_model/sample_tokens, counted "
+                 "per step over the timed waves", Verdict.REGRESSION if c > b or over_budget
+                 else Verdict.PASS, note + (f"; sites: {sites}" if sites else ""))
+
+
+def count_info(wl: str, metric: str, column: str, base: SideResult,
+               cand: SideResult) -> Check | None:
+    b, c = _per_step_mean(base, column), _per_step_mean(cand, column)
+    if b is None and c is None:
+        return None
+    why = not_measured(cand, "candidate") or not_measured(base, "baseline")
+    if why:
+        return _unmeasured_check(wl, metric, "per step", why, "-")
+    why = ("one runner on both sides: judged per phase by ops_vs_baseline"
+           if same_runner(base, cand) else "runners differ by design")
+    return Check(wl, metric, "per step", b, c, None if b is None or c is None else c - b, None,
+                 None, "-", f"deterministic count (torch.profiler); {why}", Verdict.INFO)
+
+
+def _count_excess(now: dict[str, float], ref: dict[str, float],
+                  th: Thresholds) -> tuple[dict[str, float], str]:
+    """({column: excess} over the bars, a line listing every count that moved): per phase
+    ops (`ops_*`) and allocations; the total `ops` is shown, its phases are judged."""
+    over = {c: now[c] - ref[c] for c in now if c in ref and c != "ops"
+            and now[c] - ref[c] > (th.allocs_increase if c == "allocs" else th.ops_increase)}
+    diffs = ", ".join(f"{c} {ref[c]:.1f} -> {now[c]:.1f}" for c in now
+                      if c in ref and abs(now[c] - ref[c]) > 1e-9) or "identical counts"
+    return over, diffs
+
+
+def counts_vs_baseline(wl: str, base: SideResult, cand: SideResult,
+                       th: Thresholds) -> Check | None:
+    """Ops per phase and allocations per step, candidate against baseline, when both run
+    the same runner: a count is deterministic for a fixed batch sequence, so one extra op a
+    step shows without noise. Gated only when both profiled passes ran the same number of
+    steps (the same batch sequence); otherwise reported."""
+    now, ref = count_means(cand.profile), count_means(base.profile)
+    if not now and not ref:
+        return None
+    thr = f"per phase <= baseline + {th.ops_increase} (allocs + {th.allocs_increase})"
+    why = not_measured(cand, "candidate") or not_measured(base, "baseline")
+    if why:
+        return _unmeasured_check(wl, "ops_vs_baseline", "per step", why, thr)
+    over, diffs = _count_excess(now, ref, th)
+    check = Check(wl, "ops_vs_baseline", "per step", ref.get("ops"), now.get("ops"),
+                  None if "ops" not in ref or "ops" not in now else now["ops"] - ref["ops"],
+                  None, None, thr, "deterministic count (torch.profiler), candidate against "
+                  "baseline: the same runner on both sides",
+                  Verdict.REGRESSION if over else Verdict.PASS, diffs)
+    if len(base.profile) != len(cand.profile):
+        return _not_gated(check, f"not the same batch sequence ({len(base.profile)} vs "
+                                 f"{len(cand.profile)} profiled steps)")
+    return check
+
+
+def reference_check(wl: str, cand: SideResult, reference: dict | None,
+                    th: Thresholds) -> Check | None:
+    """Candidate ops (per phase) and allocations per step vs its own stored reference."""
+    now = count_means(cand.profile)
+    if not now:
+        return None
+    why = not_measured(cand, "candidate")
+    if why:
+        return _unmeasured_check(wl, "ops_vs_reference", "per step", why,
+                                 f"<= reference + {th.ops_increase}")
+    if reference is None:
+        return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None, None,
+                     f"<= reference + {th.ops_increase}", "deterministic count (torch.profiler)",
+                     Verdict.INFO, "no stored reference for this build and workload "
+                     "(mrbench run ... --save-reference)")
+    stale = references.key_mismatch(reference, cand.resolved)
+    if stale:
+        return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None,
+                     None, f"<= reference + {th.ops_increase}",
+                     "deterministic count (torch.profiler)", Verdict.INFO,
+                     f"not measured: the stored reference is for another build ({stale})")
+    ref = reference["counts"]
+    over, diffs = _count_excess(now, ref, th)
+    return Check(wl, "ops_vs_reference", "per step", ref.get("ops"), now.get("ops"),
+                 None if "ops" not in ref else now["ops"] - ref["ops"], None, None,
+                 f"per phase <= reference + {th.ops_increase} (allocs + {th.allocs_increase})",
+                 f"deterministic count vs the stored reference of {reference.get('git_sha') or '?'}"
+                 f" ({reference.get('steps')} steps)",
+                 Verdict.REGRESSION if over else Verdict.PASS, diffs)

@@ -1,0 +1,160 @@
+"""Suites: YAML files naming workloads, their parameters and the gate's thresholds.
+
+Validated on load (pydantic), so a typo in a suite is one clear error line before anything
+runs. Shipped suites live in harness/suites/; a path to any YAML file works too.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mrbench.contract import BadInput
+from mrbench.workloads import get_workload
+
+from .metrics import LATENCY_METRICS
+
+SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
+
+
+class Thresholds(BaseModel):
+    """Practical thresholds: a regression must be significant AND at least this large."""
+
+    model_config = ConfigDict(extra="forbid")
+    alpha: float = Field(0.05, gt=0, lt=1)                 # significance level of every test
+    latency_rel: float = Field(0.25, ge=0)                 # P99 may grow by this fraction
+    median_rel: float | None = Field(None, ge=0)           # median step / TPOT, per ABBA
+                                                           # wave; None: reported, not gated
+    latency_metrics: list[str] = list(LATENCY_METRICS)
+    accuracy_drop: float = Field(0.02, ge=0, le=1)         # strict-match accuracy, absolute
+    # spec decode: the candidate's mean acceptance length (AL) may fall by this fraction
+    # (relative; paired per request, significant at alpha). 5 %: a quarter of the AL cut of
+    # vLLM's strict acceptance (PR 40651, about -20 %). Greedy runners that agree on tokens
+    # verify the same drafts, so their ALs agree exactly (bundled V2 and V1 do)
+    acceptance_drop: float = Field(0.05, ge=0, le=1)
+    agreement_min: float = Field(0.99, ge=0, le=1)         # share of requests with equal tokens
+    parity_min: float = Field(0.99, ge=0, le=1)            # cross-engine: share of equal tokens
+    syncs_increase: float = Field(0.0, ge=0)               # hot-path syncs/step over baseline
+    syncs_budget: float | None = Field(0.0, ge=0)          # absolute hot-path syncs/step cap
+    audit_violations: int = Field(0, ge=0)                 # state-audit steps out of bounds
+    ops_increase: float = Field(0.0, ge=0)                 # ops/step per phase over reference
+    allocs_increase: float = Field(0.0, ge=0)              # allocations/step over reference
+    # with --history: a latency ratio over the earlier passing runs' (harness.history_gate);
+    # None: the check's own bar (median_rel for medians, latency_rel for P99s)
+    history_rel: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _known_latency_metrics(self) -> "Thresholds":
+        bad = [m for m in self.latency_metrics if m not in LATENCY_METRICS]
+        if bad:
+            raise ValueError(f"unknown latency metric(s) {bad}; known: {LATENCY_METRICS}")
+        return self
+
+
+class WorkloadEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    workload: str
+    params: dict[str, Any] = {}
+    thresholds: dict[str, Any] = {}       # overrides of the suite's thresholds for this one
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    workloads: list[WorkloadEntry] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "Suite":
+        ids = [w.id for w in self.workloads]
+        dup = {i for i in ids if ids.count(i) > 1}
+        if dup:
+            raise ValueError(f"duplicate workload ids {sorted(dup)}")
+        for w in self.workloads:
+            self.thresholds_for(w.id)
+        return self
+
+    def thresholds_for(self, workload_id: str) -> Thresholds:
+        """The suite's thresholds with the workload entry's overrides on top (validated)."""
+        entry = next(w for w in self.workloads if w.id == workload_id)
+        if not entry.thresholds:
+            return self.thresholds
+        try:
+            return Thresholds.model_validate({**self.thresholds.model_dump(), **entry.thresholds})
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ValueError(f"workload {workload_id!r} thresholds: "
+                             f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def _one_line(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    return f"{loc}: {err['msg']}{more}"
+
+
+def shipped_suites() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """A shipped suite by name, or a YAML file by path; workload params are validated too.
+
+    `SUITE:ID[,ID...]` keeps only those entries, with the suite's thresholds: one entry of a
+    suite run again, or a calibration study of the entries that matter, without a copy of
+    the suite file that could drift from it."""
+    base, sep, ids = name_or_path.rpartition(":")
+    if sep and base and not Path(name_or_path).is_file():
+        return select_entries(load_suite(base), [i.strip() for i in ids.split(",")])
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SUITES_DIR / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise BadInput(f"unknown suite {name_or_path!r}; shipped: {', '.join(shipped_suites())}")
+    elif not path.is_file():
+        raise BadInput(f"suite file {name_or_path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise BadInput(f"suite {path}:{where} malformed YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"suite {path}: expected a mapping at the top level")
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as e:
+        raise BadInput(f"suite {path}: {_one_line(e)}") from None
+    for w in suite.workloads:
+        try:
+            wl = get_workload(w.workload)
+        except BadInput as e:
+            raise BadInput(f"suite {path}: workload {w.id!r}: {e}") from None
+        try:
+            wl.Params.model_validate(w.params)
+        except ValidationError as e:
+            raise BadInput(f"suite {path}: workload {w.id!r}: {_one_line(e)}") from None
+    return suite
+
+
+def select_entries(suite: Suite, ids: list[str]) -> Suite:
+    """`suite` with only the entries `ids`, in the suite's order; BadInput for an unknown id."""
+    known = [w.id for w in suite.workloads]
+    unknown = [i for i in ids if i not in known]
+    if unknown or not any(ids):
+        raise BadInput(f"suite {suite.name} has no entry {(unknown or [''])[0]!r}; "
+                       f"its entries: {', '.join(known)}")
+    return suite.model_copy(update=dict(
+        name=f"{suite.name}.{'+'.join(i for i in known if i in ids)}",
+        workloads=[w for w in suite.workloads if w.id in ids]))
+
+
+def single_workload_suite(workload: str) -> Suite:
+    """`mrbench run gsm8k`: one workload with its default parameters."""
+    get_workload(workload)
+    return Suite(name=workload, workloads=[WorkloadEntry(id=workload, workload=workload)])

