@@ -312,6 +312,11 @@ def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch
         assert cand["engine"]["pd_disagg"] is True
         assert {n: i["role"] for n, i in cand["pd"]["instances"].items()} == {
             "prefill": "kv_producer", "decode": "kv_consumer"}
+        inst = cand["pd"]["instances"]           # read back from each engine's scheduler
+        assert inst["prefill"]["chunked_prefill"] is False
+        assert inst["prefill"]["max_num_batched_tokens"] >= cand["engine"]["max_model_len"]
+        if wl == "gsm8k-pd":
+            assert inst["decode"]["max_num_batched_tokens"] == 128
         m = summary["metrics"][wl]["candidate"]
         assert m["pd_requests"] > 0 and m["pd_kv_loaded_tokens"] > 0, m
     import pandas as pd

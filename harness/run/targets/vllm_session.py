@@ -434,6 +434,12 @@ class VllmSession:
                 kv_store="files under a per-session temporary directory",
                 instances={n: dict(role=r, runner_class=e.runner_class(),
                                    startup_s=round(e.startup_s, 3), kv_cache=e.kv_cache(),
+                                   # read back: the prefill engine never chunks a prompt
+                                   # (vllm_args.pd_engine_kwargs), so its budget differs
+                                   chunked_prefill=bool(e.engine.vllm_config.scheduler_config
+                                                        .enable_chunked_prefill),
+                                   max_num_batched_tokens=e.engine.vllm_config
+                                   .scheduler_config.max_num_batched_tokens,
                                    phase_probe=self.probes[n].as_dict())
                            for (n, e), r in zip(self.engines.items(),
                                                 ("kv_producer", "kv_consumer"))})
