@@ -16,6 +16,15 @@ What the subclass adds, and nothing else:
 - The prefill engine (`kv_producer`) never loads: vLLM's example also matches on the
   producer, so a prompt seen before would skip its prefill there, and a repeated wave would
   time a prefill that did not run.
+- A prompt matches only on the key its KV is stored and loaded under. The example stores and
+  loads a prompt's files under the hash of its first `align(len)` tokens but looks them up
+  under its first `align(len - 1)` (it expects the decode prompt to carry one token more).
+  The two differ when `len % block_size == 1`, and then the lookup lands on the files of a
+  shorter prompt that shares the prefix: the producer skips the store, the consumer tries to
+  load files that were never written and the step fails ("No such file ... safetensors";
+  a Mooncake conversation trace, whose turns extend earlier turns, hit it in nightly's PD
+  replay). Where no such prompt exists, the lookup misses and the decode engine recomputes
+  the whole prompt instead (counted as `pd_kv_recomputed`).
 - Measurement: each worker-side call (load before the forward, save per layer, the wait
   after it) runs inside the profiler range `mrbench::kv_transfer` - so its host syncs and
   ops count against the transfer, not against the runner's hot path - and its host time is
@@ -28,6 +37,7 @@ What the subclass adds, and nothing else:
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any
 
@@ -85,6 +95,15 @@ class MrbenchExampleConnector(ExampleConnector):
             step["load"][rid] = 0
         self.last_step = step
         return super().build_connector_meta(scheduler_output)
+
+    def _found_match_for_prompt(self, prompt_token_ids: list[int], mm_hashes: list[str]
+                                ) -> bool:
+        """Whether this prompt's KV is on disk, looked up under the key it is stored and
+        loaded under (`ReqMeta.make_meta`: the first `align_to_block_size(len)` tokens)."""
+        n = align_to_block_size(len(prompt_token_ids), self._block_size)
+        folder = self._generate_foldername_debug(torch.tensor(prompt_token_ids)[:n],
+                                                 mm_hashes, create_folder=False)
+        return os.path.exists(folder)
 
     # -- worker side ---------------------------------------------------------------------
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
