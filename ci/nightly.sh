@@ -13,8 +13,12 @@
 #                       (README "Two vLLM builds"). A pass moves the link to tonight's
 #                       build; the first night only sets it. Runner: $MRBENCH_RUNNER (v2).
 # Every run is added to the history ($MRBENCH_HISTORY, default results/history.sqlite) and a
-# trend report is rendered. The verdict table goes to $GITHUB_STEP_SUMMARY when set.
-# Exit: 0 pass; 1 regression (or a missed fault / false alarm); 2 bad input; 3 a run failed.
+# trend report is rendered; a change point that tonight's runs start or confirm fails the
+# night like a regression (`history report` exit 1, its last line names the first bad
+# commit). The CI keeps the history file between nights (an artifact: ci/nightly.yml,
+# ci/buildkite-history.sh). The verdict table goes to $GITHUB_STEP_SUMMARY when set.
+# Exit: 0 pass; 1 regression (or a missed fault / false alarm, or a change point in the
+# history); 2 bad input; 3 a run failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
@@ -24,6 +28,12 @@ out="${MRBENCH_OUT:-results/nightly-$stamp-$mode}"
 db="${MRBENCH_HISTORY:-results/history.sqlite}"
 summary="${GITHUB_STEP_SUMMARY:-/dev/null}"
 mkdir -p "$(dirname "$out")" "$(dirname "$db")"
+added=()                # the runs tonight adds to the history: their groups gate the report
+rc=0
+add_to_history() {      # a history that cannot be written fails the night (exit 2)
+  if "$MRBENCH" history add "$1" --db "$db"; then added+=("$1"); else
+    local arc=$?; [ "$rc" -eq 0 ] && rc=$arc; fi
+}
 
 case "$mode" in
   cpu)
@@ -39,7 +49,7 @@ case "$mode" in
     rc=$?
     [ -d "$out/bundled" ] || { echo "nightly: bundled GPU matrix wrote nothing (exit $rc)" >&2; exit "$rc"; }
     "$MRBENCH" report --markdown "$out/bundled" >> "$summary"
-    "$MRBENCH" history add "$out/bundled/clean" --db "$db"
+    add_to_history "$out/bundled/clean"
     run_dir=""
     if "${MRBENCH_PYTHON:-.venv/bin/python}" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
       model_args=()
@@ -84,8 +94,15 @@ esac
 
 if [ -n "$run_dir" ]; then
   "$MRBENCH" report --markdown "$run_dir" >> "$summary"
-  "$MRBENCH" history add "$run_dir" --db "$db"
+  add_to_history "$run_dir"
 fi
-"$MRBENCH" history report --db "$db" --out "$out/history.html"
+if [ "${#added[@]}" -gt 0 ]; then
+  gate=()
+  for r in "${added[@]}"; do gate+=(--gate-run "$r"); done
+  "$MRBENCH" history report --db "$db" --out "$out/history.html" "${gate[@]}" | tee "$out.history.txt"
+  hrc=${PIPESTATUS[0]}
+  printf '\n%s\n' "$(tail -n 1 "$out.history.txt")" >> "$summary"
+  [ "$rc" -eq 0 ] && rc=$hrc
+fi
 echo "nightly: $mode exit $rc; results $out; history $db"
 exit "$rc"

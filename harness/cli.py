@@ -18,9 +18,11 @@ from .commands import (
     faults,
     history,
     import_bench,
+    model,
     power,
     report,
     run,
+    schema,
     steps,
 )
 from .commands import list as list_
@@ -34,7 +36,8 @@ from .run import (
 COMMANDS = {"run": run.main, "faults": faults.main, "calibrate": calibrate.main,
             "power": power.main, "steps": steps.main, "history": history.main,
             "import-bench": import_bench.main, "compare": compare.main, "report": report.main,
-            "list": list_.main, "data": data.main}
+            "list": list_.main, "data": data.main, "schema": schema.main,
+            "model": model.main}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,7 +138,14 @@ def _parser() -> argparse.ArgumentParser:
     hsub = h.add_subparsers(dest="history_cmd", required=True, parser_class=_Parser)
     ha = hsub.add_parser("add", help="append runs to the history (creates the database)")
     ha.add_argument("runs", nargs="+", type=Path)
-    hr = hsub.add_parser("report", help="trend report with change points, one HTML file")
+    hr = hsub.add_parser("report", help="trend report with change points, one HTML file; "
+                         "exit 1 when the newest run starts a change point",
+                         description="Trend report with change points, one HTML file; "
+                         "each change names its first bad vLLM commit and the last good one.",
+                         epilog=history.REPORT_EXIT_CODES)
+    hr.add_argument("--gate-run", type=Path, action="append", metavar="RUN",
+                    help="exit 1 only for changes in the groups of these runs (repeatable; "
+                         "the runs a job just added); default: every group")
     hr.add_argument("--out", type=Path, help="HTML file (default: history.html beside the db)")
     hr.add_argument("--latency-min-rel", type=float, default=0.20,
                     help="smallest latency/throughput step to mark (default 0.20)")
@@ -151,6 +161,13 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("runs", nargs="+", type=Path)
     rep.add_argument("--markdown", action="store_true",
                      help="print the verdict table (or a faults matrix) as Markdown instead")
+
+    sc = sub.add_parser("schema", help="the JSON Schema of a run's summary.json or "
+                                       "manifest.json (docs/schema/ holds them)")
+    schema.add_arguments(sc)
+
+    model.add_arguments(sub.add_parser("model", help="random-weight models at real shapes "
+                                                     "(`model make --preset llama-8b`)"))
 
     ls = sub.add_parser("list", help="workloads, suites, targets and faults")
     ls.add_argument("--json", action="store_true")

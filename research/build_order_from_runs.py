@@ -27,7 +27,7 @@ from mrbench.harness.campaigns.campaign import clean_runs_only, finished_runs
 from mrbench.harness.checks.regate import first_waves
 from mrbench.harness.checks.stats import mean_diff_welch
 from mrbench.harness.record.results import read_manifest
-from mrbench.harness.record.run_record import Verdict
+from mrbench.harness.record.run_record import RunSummary, Verdict
 from mrbench.harness.record.suite import load_suite
 
 ORDERS = ("candidate", "baseline")
@@ -39,20 +39,21 @@ def build_first(run: Path) -> str:
         manifest = read_manifest(run)
     except (OSError, json.JSONDecodeError) as e:
         raise BadInput(f"{run}: no readable manifest.json ({e})") from None
-    return manifest.get("isolation", {}).get("build_first", "candidate")
+    return (manifest.isolation or {}).get("build_first", "candidate")
 
 
-def estimates(runs: list[tuple[Path, dict]]) -> dict[str, dict[str, list[tuple[float, bool]]]]:
+def estimates(runs: list[tuple[Path, RunSummary]]
+              ) -> dict[str, dict[str, list[tuple[float, bool]]]]:
     """{metric: {order: [(relative estimate, judged a regression), ...]}} over the runs'
     latency checks that carry an estimate."""
     out: dict[str, dict[str, list[tuple[float, bool]]]] = {}
     for run, summary in runs:
         order = build_first(run)
-        for c in summary["checks"]:
-            if c["metric"].endswith("_ms") and isinstance(c.get("delta"), (int, float)):
-                key = f"{c['workload']}/{c['metric']}"
+        for c in summary.checks:
+            if c.metric.endswith("_ms") and c.delta is not None:
+                key = f"{c.workload}/{c.metric}"
                 out.setdefault(key, {o: [] for o in ORDERS})[order].append(
-                    (float(c["delta"]), c["verdict"] == Verdict.REGRESSION))
+                    (c.delta, c.verdict == Verdict.REGRESSION))
     return out
 
 

@@ -61,7 +61,7 @@ def wave_log_ratios(steps: pd.DataFrame, requests: pd.DataFrame | None
 def engine_starts(run: Path, workload: str) -> str:
     """Each side's engine start, from the manifest: "cand 11.4 s (wrote ...), base 5.2 s"."""
     try:
-        resolved = read_manifest(run).get("resolved", {})
+        resolved = read_manifest(run).resolved
     except (OSError, json.JSONDecodeError):
         return "?"
     parts = []

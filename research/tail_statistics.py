@@ -50,7 +50,8 @@ from scipy.stats.mstats import hdquantiles
 from mrbench.contract import BadInput
 from mrbench.harness.checks import stats, stats_across_runs, stats_bootstrap
 from mrbench.harness.measure.canary import wave_disturbed
-from mrbench.harness.record.results import read_run, read_table
+from mrbench.harness.record.results import read_record, read_table
+from mrbench.harness.record.run_record import RunSummary
 
 MIN_WAVES = 6
 
@@ -104,8 +105,8 @@ def _quiet(bw: dict, cw: dict, slow: dict | None, bar: float, alpha: float
     return _blocked({w: bw[w] for w in keep}, {w: cw[w] for w in keep}, 99, bar, alpha)
 
 
-def plan_of(summary: dict) -> str:
-    faults = summary.get("candidate_faults") or []
+def plan_of(summary: RunSummary) -> str:
+    faults = summary.candidate_faults
     return "clean" if not faults else ",".join(faults)
 
 
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     tally: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
     judged: list[tuple[Path, str]] = []
     for i, run in enumerate(runs, 1):
-        plan = plan_of(read_run(run)[1])
+        plan = plan_of(read_record(run)[1])
         print(f"[{i}/{len(runs)}] {run} ({plan})", file=sys.stderr, flush=True)
         try:
             for name, res in judge_run(run, a.bar, a.alpha).items():

@@ -10,7 +10,6 @@ writes the runs' and the campaign's report.html once the directory is in its pla
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -28,8 +27,15 @@ from mrbench.contract import BadInput
 from ..checks import stats, stats_across_runs
 from ..checks.regate import first_waves
 from ..record.metrics import LATENCY
-from ..record.results import RESULTS_FORMAT, check_out, environment, write_json
-from ..record.run_record import RunVerdict, Verdict, fault_status, overall_verdict
+from ..record.results import RESULTS_FORMAT, check_out, environment, read_summary, write_json
+from ..record.run_record import (
+    Check,
+    RunSummary,
+    RunVerdict,
+    Verdict,
+    fault_status,
+    overall_verdict,
+)
 from ..record.suite import Suite, Thresholds
 from ..run import interrupts
 from ..run.engine_bank import EngineBank
@@ -44,12 +50,12 @@ def run_dir_name(fault: str) -> str:
     return fault.replace(":", "-")
 
 
-def check_name(c: dict) -> str:
-    return f"{c['workload']}/{c['metric']}"
+def check_name(c: Check) -> str:
+    return f"{c.workload}/{c.metric}"
 
 
-def flagged(summary: dict) -> list[str]:
-    return sorted(check_name(c) for c in summary["checks"] if c["verdict"] == Verdict.REGRESSION)
+def flagged(summary: RunSummary) -> list[str]:
+    return sorted(check_name(c) for c in summary.checks if c.verdict == Verdict.REGRESSION)
 
 
 class _Campaign:
@@ -68,7 +74,7 @@ class _Campaign:
         self.bank = EngineBank((isolation or Isolation()).bank_settings())
 
     def run(self, name: str, suite: Suite, base: SideSpec, cand: SideSpec,
-            overrides: Overrides, log=None) -> tuple[dict, int]:
+            overrides: Overrides, log=None) -> tuple[RunSummary, int]:
         summary, code, _ = run_suite(suite, base, cand, overrides, self.tmp / name, log,
                                      isolation=self.isolation, bank=self.bank)
         if interrupts.caught():        # held while that run was written: it stops the campaign
@@ -107,18 +113,18 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
     """{"clean": {verdict, false_alarms, flagged, exit}, "faults": {NAME: {caught, by, ...}}}."""
     def body(camp: _Campaign) -> tuple[str, dict]:
         clean, code = camp.run("clean", suite, base, replace(cand, faults=()), overrides, log)
-        result = dict(suite=suite.name, target=clean["target"], baseline=clean["baseline"],
-                      candidate=clean["candidate"],
-                      clean=dict(verdict=clean["verdict"], false_alarms=len(flagged(clean)),
+        result = dict(suite=suite.name, target=clean.target, baseline=clean.baseline,
+                      candidate=clean.candidate,
+                      clean=dict(verdict=clean.verdict, false_alarms=len(flagged(clean)),
                                  flagged=flagged(clean), exit=code,
-                                 failures=clean["failures"]),
+                                 failures=clean.to_json_dict()["failures"]),
                       faults={})
         for f in faults:
             d = run_dir_name(f)
             s, code = camp.run(d, suite, base, replace(cand, faults=(f,)), overrides, log)
             result["faults"][f] = dict(caught=bool(flagged(s)), by=flagged(s),
-                                       verdict=s["verdict"], exit=code,
-                                       failures=s["failures"], dir=d)
+                                       verdict=s.verdict, exit=code,
+                                       failures=s.to_json_dict()["failures"], dir=d)
             result["faults"][f]["status"] = fault_status(result["faults"][f])
         result["environment"] = environment()
         return "faults.json", result
@@ -137,7 +143,7 @@ def calibrate(suite: Suite, base: SideSpec, cand: SideSpec, n: int,
     return _guarded(out, body, isolation)
 
 
-def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
+def aggregate_calibration(suite: Suite, runs: list[tuple[RunSummary, int]]) -> dict:
     """calibration.json's body from A/A runs' (summary, exit code): also what a campaign cut
     off before its end is read back with (`mrbench calibrate --from-runs`, read_back)."""
     one_comparison(runs)
@@ -146,25 +152,25 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
     rows = []
     for i, (s, code) in enumerate(runs):
         # each judged check's estimate and p, so a bar can be re-judged from the runs
-        rows.append(dict(run=i, verdict=s["verdict"], exit=code, flagged=flagged(s),
-                         failures=len(s["failures"]),
-                         estimates={check_name(c): [c.get("delta"), c.get("p_value")]
-                                    for c in s["checks"] if c["verdict"] != Verdict.INFO}))
-        for c in s["checks"]:
+        rows.append(dict(run=i, verdict=s.verdict, exit=code, flagged=flagged(s),
+                         failures=len(s.failures),
+                         estimates={check_name(c): [c.delta, c.p_value]
+                                    for c in s.checks if c.verdict != Verdict.INFO}))
+        for c in s.checks:
             row = per[check_name(c)]
             row["runs"] += 1
-            row["alarms"] += c["verdict"] == Verdict.REGRESSION
-            row["threshold"] = c["threshold"]
-            if c["verdict"] != Verdict.INFO and c["delta"] is not None:
-                row["deltas"].append(c["delta"])
-                if c["ci"] and c["ci"][1] is not None:
-                    row["ci_hi"].append(c["ci"][1])
-                if c["metric"] in LATENCY and c["ci"] and c["ci"][0] is not None:
-                    row["shift"].append((c["delta"], c["ci"][0]))
-                    row["bar"] = latency_bar(suite, c["workload"], c["metric"])
-                    if c["ci"][1] is not None:
-                        row.setdefault("ci", []).append((c["delta"], *c["ci"]))
-                        row["alpha"] = _entry_thresholds(suite, c["workload"]).alpha
+            row["alarms"] += c.verdict == Verdict.REGRESSION
+            row["threshold"] = c.threshold
+            if c.verdict != Verdict.INFO and c.delta is not None:
+                row["deltas"].append(c.delta)
+                if c.ci and c.ci[1] is not None:
+                    row["ci_hi"].append(c.ci[1])
+                if c.metric in LATENCY and c.ci and c.ci[0] is not None:
+                    row["shift"].append((c.delta, c.ci[0]))
+                    row["bar"] = latency_bar(suite, c.workload, c.metric)
+                    if c.ci[1] is not None:
+                        row.setdefault("ci", []).append((c.delta, *c.ci))
+                        row["alpha"] = _entry_thresholds(suite, c.workload).alpha
     checks = {}
     for name, row in sorted(per.items()):
         d = np.array(row["deltas"], dtype=float)
@@ -180,67 +186,65 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[dict, int]]) -> dict:
             projection=_projection(row), heterogeneity=_heterogeneity(row),
             exceedance=_exceedance(row))
     worst = max((c["rate"] for c in checks.values()), default=0.0)
-    s = runs[-1][0] if runs else {}
-    return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
-                candidate=s.get("candidate"), n=len(runs), runs=rows, checks=checks,
+    last = runs[-1][0] if runs else None
+    return dict(suite=suite.name, **_sides_of(last), n=len(runs), runs=rows, checks=checks,
                 max_rate=worst, errors=sum(r["verdict"] == RunVerdict.ERROR for r in rows),
                 method="every regression verdict of a no-change comparison is a false "
                        "alarm; rate CI: Wilson 95%")
 
 
-def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, dict]]:
+def _sides_of(s: RunSummary | None) -> dict:
+    """A campaign result's target, baseline and candidate: its last run's (None without)."""
+    return {k: None if s is None else getattr(s, k) for k in ("target", "baseline", "candidate")}
+
+
+def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, RunSummary]]:
     """Every finished run's (directory, summary) under `dirs`, also inside a campaign's
     hidden `.NAME.*` directory: the pieces of a study that time-limited GPU jobs cut off,
     read back by `mrbench calibrate --from-runs` and `mrbench power --from-runs`
     (read_back). BadInput (one line) when a directory is missing, there is no run, a
-    summary is not JSON, or no run is of `suite`."""
+    summary is not a run's summary (results.read_summary), or no run is of `suite`."""
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:         # else a mistyped piece of a study would be left out without a word
         raise BadInput(f"no such directory: {', '.join(missing)}")
     files = sorted(f for d in dirs for f in d.glob("**/summary.json"))
     if not files:
         raise BadInput(f"no run summary.json under {', '.join(map(str, dirs))}")
-    runs = []
-    for f in files:
-        try:
-            runs.append((f.parent, json.loads(f.read_text())))
-        except json.JSONDecodeError as e:
-            raise BadInput(f"{f}: not JSON ({e})") from None
+    runs = [(f.parent, read_summary(f.parent)) for f in files]
     base = suite.name.split(".")[0]          # gpu-quick:gsm8k runs are "gpu-quick.gsm8k"
-    other = sorted({s.get("suite") for _, s in runs
-                    if str(s.get("suite")).split(".")[0] != base})
+    other = sorted({s.suite for _, s in runs if str(s.suite).split(".")[0] != base},
+                   key=str)
     if other:
         raise BadInput(f"runs of suite {other[0]} are not runs of {suite.name}")
     wanted = {w.id for w in suite.workloads}
-    if not any(c["workload"].split(".")[0] in wanted for _, s in runs for c in s["checks"]):
+    if not any(c.workload.split(".")[0] in wanted for _, s in runs for c in s.checks):
         raise BadInput(f"the runs are not of suite {suite.name}")
     return runs
 
 
-def clean_runs_only(runs: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
+def clean_runs_only(runs: list[tuple[Path, RunSummary]]) -> list[tuple[Path, RunSummary]]:
     """`runs` unchanged when none carries candidate faults; BadInput (one line) otherwise:
     an A/A study (calibration, build order) takes no-change runs only, and a power study's
     ruler runs are not that."""
-    faulted = [str(d) for d, s in runs if s.get("candidate_faults")]
+    faulted = [str(d) for d, s in runs if s.candidate_faults]
     if faulted:
         raise BadInput(f"{len(faulted)} runs carry candidate faults (first: {faulted[0]}); "
                        f"an A/A study takes clean runs only")
     return runs
 
 
-def one_comparison(runs: list[tuple[dict, int]]) -> None:
+def one_comparison(runs: list[tuple[RunSummary, int]]) -> None:
     """BadInput (one line) unless every run compared the same suite, target, baseline and
     candidate: runs read back from several directories may mix studies, and their counts
     together would describe none of them (a campaign's own runs always pass)."""
-    kinds = {(s.get("suite"), s.get("target"), s.get("baseline"), s.get("candidate"))
-             for s, _ in runs}
+    kinds = {(s.suite, s.target, s.baseline, s.candidate) for s, _ in runs}
     if len(kinds) > 1:
         raise BadInput("the runs are of different comparisons (suite, target, baseline, "
                        f"candidate): {sorted(map(str, kinds))}")
 
 
 def read_back(dirs: list[Path], suite: Suite, waves: int | None = None,
-              clean_only: bool = False) -> list[tuple[dict, int]]:
+              clean_only: bool = False) -> list[tuple[RunSummary, int]]:
     """The finished runs under `dirs` (finished_runs) as (summary, exit code), the form a
     campaign's aggregate takes, so that a campaign cut off or run in pieces over several
     time-limited GPU jobs is judged by the very function the finished campaign uses.
@@ -259,7 +263,7 @@ def read_back(dirs: list[Path], suite: Suite, waves: int | None = None,
         found = clean_runs_only(found)
     if waves is not None:
         found = [(d, first_waves(d, waves)) for d, _ in found]
-    return [(s, overall_verdict(s["checks"], s.get("failures") or [])[1]) for _, s in found]
+    return [(s, overall_verdict(s.checks, s.failures)[1]) for _, s in found]
 
 
 def _read_back_result(res: dict, dirs: list[Path], waves: int | None) -> dict:
@@ -380,10 +384,10 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
     return _guarded(out, body, isolation)
 
 
-def ruler_pct(summary: dict) -> float | None:
+def ruler_pct(summary: RunSummary) -> float | None:
     """The slow-step size a run's candidate carried: None for a clean run; BadInput for a
     run with any other fault (it measures neither false alarms nor the ruler)."""
-    faults = summary.get("candidate_faults") or []
+    faults = summary.candidate_faults
     if not faults:
         return None
     if len(faults) == 1 and faults[0].startswith("slow-step:"):
@@ -392,7 +396,7 @@ def ruler_pct(summary: dict) -> float | None:
                    f"slow-step ruler")
 
 
-def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
+def aggregate_power(suite: Suite, runs: list[tuple[RunSummary, int]],
                     pcts: list[float] | None = None) -> dict:
     """power.json's body from runs' (summary, exit code), clean and slow-step:PCT mixed,
     any number of each: a finished campaign, or the pieces of one that several time-limited GPU
@@ -410,20 +414,19 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
                                                     judged=False))
     rows = []
     for i, ((s, code), pct) in enumerate(zip(runs, plans)):
-        hits = [c for c in s["checks"] if c["metric"] in LATENCY]
+        hits = [c for c in s.checks if c.metric in LATENCY]
         # each latency check's estimate and p, so a bar can be re-judged from the same
         # runs (the per-run summaries hold the rest)
         rows.append(dict(plan="clean" if pct is None else f"slow-step:{pct:g}", run=i,
-                         verdict=s["verdict"], exit=code, flagged=flagged(s),
-                         failures=len(s["failures"]), wall_s=s.get("wall_s"),
-                         estimates={check_name(c): [c.get("delta"), c.get("p_value")]
-                                    for c in hits}))
+                         verdict=s.verdict, exit=code, flagged=flagged(s),
+                         failures=len(s.failures), wall_s=s.wall_s,
+                         estimates={check_name(c): [c.delta, c.p_value] for c in hits}))
         for c in hits:
             row = per[check_name(c)]
-            row["threshold"] = c["threshold"]
-            row["bar"] = latency_bar(suite, c["workload"], c["metric"])
-            row["judged"] |= c["verdict"] != Verdict.INFO
-            hit = c["verdict"] == Verdict.REGRESSION
+            row["threshold"] = c.threshold
+            row["bar"] = latency_bar(suite, c.workload, c.metric)
+            row["judged"] |= c.verdict != Verdict.INFO
+            hit = c.verdict == Verdict.REGRESSION
             if pct is None:
                 row["aa_runs"] += 1
                 row["aa"] += hit
@@ -464,19 +467,19 @@ def aggregate_power(suite: Suite, runs: list[tuple[dict, int]],
     added: dict[str, float] = {}
     for metric in ("median_step_ms", "median_tpot_ms", "p99_step_ms", "p99_itl_ms"):
         for p in pcts:
-            d = [c["delta"] for (s, _), q in zip(runs, plans) if q == p for c in s["checks"]
-                 if c["metric"] == metric and c.get("delta") is not None]
+            d = [c.delta for (s, _), q in zip(runs, plans) if q == p for c in s.checks
+                 if c.metric == metric and c.delta is not None]
             if d:
                 realized[f"{p:g}"][metric] = float(np.median(d)) * 100
     for p in pcts:        # the ruler's own account of its busy time (latency.ruler_added_pct)
         a = [side["ruler_added_pct"] for (s, _), q in zip(runs, plans) if q == p
-             for m in (s.get("metrics") or {}).values()
+             for m in s.metrics.values()
              if (side := m.get("candidate") or {}).get("ruler_added_pct") is not None]
         if a:
             added[f"{p:g}"] = float(np.median(a))
-    s = runs[-1][0] if runs else {}
-    return dict(suite=suite.name, target=s.get("target"), baseline=s.get("baseline"),
-                candidate=s.get("candidate"), n=min(per_plan.values()), runs_per_plan=per_plan,
+    last = runs[-1][0] if runs else None
+    return dict(suite=suite.name, **_sides_of(last), n=min(per_plan.values()),
+                runs_per_plan=per_plan,
                 pcts=list(pcts), power_target=POWER_TARGET, runs=rows, checks=checks,
                 realized_pct=dict(realized), ruler_added_pct=added,
                 errors=sum(r["verdict"] == RunVerdict.ERROR for r in rows),

@@ -16,7 +16,7 @@ import numpy as np
 from mrbench.contract import SideResult
 
 from ..measure.agreement import first_divergence
-from ..record.run_record import Check, Verdict
+from ..record.run_record import Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from . import stats
 
@@ -34,7 +34,9 @@ def accuracy_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) 
                  [ci.lo, ci.hi], mc.p_value, f"-{th.accuracy_drop} and p < {th.alpha}",
                  f"{mc.method}; CI {ci.method}", Verdict.REGRESSION if regressed else Verdict.PASS,
                  f"n = {len(b)}; discordant: base-only {int((np.array(b) & ~np.array(c)).sum())}"
-                 f", cand-only {int((~np.array(b) & np.array(c)).sum())}")
+                 f", cand-only {int((~np.array(b) & np.array(c)).sum())}",
+                 delta_kind=DeltaKind.DIFFERENCE,
+                 bar=Bar(kind=BarKind.MAX_DECREASE, value=th.accuracy_drop, alpha=th.alpha))
 
 
 def agreement_check(wl: str, base: SideResult, cand: SideResult,
@@ -52,10 +54,13 @@ def agreement_check(wl: str, base: SideResult, cand: SideResult,
         note = (f"{n - agree} of {n} requests diverge; earliest at output token {first[0]} "
                 f"(request {first[1]}); median first divergence "
                 f"{int(np.median([d for d in div if d >= 0]))}")
+    # a regression when the share is below agreement_min significantly: its CI's upper end
     return Check(wl, "token_agreement", "fraction", 1.0, rate, rate - 1.0 if n else None,
                  [ci.lo, ci.hi] if ci else None, None, f"CI upper < {th.agreement_min}",
                  "share of requests with identical greedy tokens; Wilson CI",
-                 Verdict.REGRESSION if regressed else Verdict.PASS, note)
+                 Verdict.REGRESSION if regressed else Verdict.PASS, note,
+                 delta_kind=DeltaKind.DIFFERENCE,
+                 bar=Bar(kind=BarKind.MIN_VALUE, value=th.agreement_min, alpha=th.alpha))
 
 
 SAMPLED_STATS = ("distinct_streams", "output_tokens", "accuracy_strict")
@@ -106,17 +111,19 @@ def sampled_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -
     common = sorted(set(b) & set(c))
     k = len(SAMPLED_STATS)
     thr = f"p < {th.alpha} (two-sided, Bonferroni over {k})"
+    kind = dict(delta_kind=DeltaKind.DIFFERENCE,
+                bar=Bar(kind=BarKind.SIGNIFICANCE, alpha=th.alpha))
     need = min_sampled_prompts(th.alpha, k)
     if len(common) < need:
         return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
                      thr, "-", Verdict.INFO, f"not measured: {len(common)} prompts with >= 2 "
                      f"samples on both sides; the sign-flip test needs >= {need} to reach "
-                     f"alpha / {k}")
+                     f"alpha / {k}", **kind)
     if not any(b[g]["streams"] > 1 for g in common):
         return Check(wl, "sampled_distribution", "per prompt", None, None, None, None, None,
                      thr, "-", Verdict.INFO, f"not measured: every one of the {len(common)} "
                      "prompts gave a single stream on the baseline (a setting this cold is "
-                     "greedy in effect: shared or broken noise would not show)")
+                     "greedy in effect: shared or broken noise would not show)", **kind)
     tests = {}
     for name in SAMPLED_STATS:
         d = [c[g][name] - b[g][name] for g in common]
@@ -132,7 +139,7 @@ def sampled_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) -
                  None, p_adj, thr,
                  f"per-prompt statistics over {len(common)} prompts, paired by prompt; "
                  f"{t.method}; smallest p x {k} (Bonferroni)",
-                 Verdict.REGRESSION if p_adj < th.alpha else Verdict.PASS, note)
+                 Verdict.REGRESSION if p_adj < th.alpha else Verdict.PASS, note, **kind)
 
 
 def token_parity(base_tokens: list[list[int]], cand_tokens: list[list[int]]) -> tuple[int, int]:
@@ -162,4 +169,6 @@ def parity_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) ->
                  None if not total else rate - 1.0, None, None, f">= {th.parity_min}",
                  f"share of equal greedy tokens, {base.resolved.get('target')} vs "
                  f"{cand.resolved.get('target')}, same weights ({eq}/{total})",
-                 Verdict.REGRESSION if total and rate < th.parity_min else Verdict.PASS, note)
+                 Verdict.REGRESSION if total and rate < th.parity_min else Verdict.PASS, note,
+                 delta_kind=DeltaKind.DIFFERENCE,
+                 bar=Bar(kind=BarKind.MIN_VALUE, value=th.parity_min))

@@ -15,7 +15,7 @@ from mrbench.contract import SideResult
 from ..measure.phases import HOT_PHASES
 from ..record import references
 from ..record.references import count_means
-from ..record.run_record import Check, Verdict
+from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from .sides import _not_gated, same_runner
 
@@ -44,10 +44,23 @@ def not_measured(side: SideResult, name: str) -> str | None:
             + (f"; labels that did not attach: {', '.join(missing)}" if missing else "") + ")")
 
 
-def _unmeasured_check(wl: str, metric: str, unit: str, why: str, threshold: str) -> Check:
+def _unmeasured_check(wl: str, metric: str, unit: str, why: str, threshold: str,
+                      bar: Bar) -> Check:
     return Check(wl, metric, unit, None, None, None, None, None, threshold,
                  "deterministic count in the harness's phase ranges (torch.profiler)",
-                 Verdict.ERROR, why)
+                 Verdict.ERROR, why, delta_kind=DeltaKind.DIFFERENCE, bar=bar)
+
+
+def _budget(th: Thresholds) -> dict[str, float]:
+    """The sync budget as a further bound of a bar (`Bar.also`), where the suite sets one."""
+    return {} if th.syncs_budget is None else {"budget": th.syncs_budget}
+
+
+def _count_bar(th: Thresholds) -> Bar:
+    """Ops per phase over the reference (baseline or stored) by more than ops_increase, or
+    allocations by more than allocs_increase."""
+    return Bar(kind=BarKind.MAX_INCREASE, value=th.ops_increase,
+               also=dict(allocs=th.allocs_increase))
 
 
 def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
@@ -58,9 +71,13 @@ def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
         return None                              # the workload profiles nothing
     thr = f"<= baseline + {th.syncs_increase}" + (
         f" and <= {th.syncs_budget}" if th.syncs_budget is not None else "")
+    # across engines only the budget binds (the baseline's count is another engine's)
+    bar = (Bar(kind=BarKind.MAX_INCREASE, value=th.syncs_increase, also=_budget(th))
+           if relative else NOT_GATED if th.syncs_budget is None
+           else Bar(kind=BarKind.MAX_VALUE, value=th.syncs_budget))
     why = not_measured(cand, "candidate") or (relative and not_measured(base, "baseline"))
     if why:
-        return _unmeasured_check(wl, "syncs_per_step", "syncs/step", why, thr)
+        return _unmeasured_check(wl, "syncs_per_step", "syncs/step", why, thr, bar)
     b, c = _per_step_mean(base, "syncs_hot"), _per_step_mean(cand, "syncs_hot")
     over_base = relative and b is not None and c > b + th.syncs_increase
     # the absolute budget binds runners that promise a sync-free hot path (MRv2); a V1
@@ -74,7 +91,8 @@ def sync_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
     return Check(wl, "syncs_per_step", "syncs/step", b, c, None if b is None else c - b, None,
                  None, thr, "deterministic count in hot phases after warmup (torch.profiler)",
                  Verdict.REGRESSION if over_base or over_budget else Verdict.PASS,
-                 f"candidate per phase: {phases}; {steps_with}/{len(cand.profile)} steps sync")
+                 f"candidate per phase: {phases}; {steps_with}/{len(cand.profile)} steps sync",
+                 delta_kind=DeltaKind.DIFFERENCE, bar=bar)
 
 
 def sync_warnings_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds
@@ -86,12 +104,13 @@ def sync_warnings_check(wl: str, base: SideResult, cand: SideResult, th: Thresho
         return None                              # the checker was not asked for
     thr = "<= baseline" + (f" and <= {th.syncs_budget}/step" if th.syncs_budget is not None
                            else "")
+    bar = Bar(kind=BarKind.MAX_INCREASE, value=0.0, also=_budget(th))
     for side, name in ((cand, "candidate"), (base, "baseline")):
         if not side.counters.get("sync_check_armed"):
             return _unmeasured_check(
                 wl, "sync_check_warnings", "warnings/step",
                 f"not measured: vLLM's VLLM_GPU_SYNC_CHECK never armed on the {name} (vLLM "
-                "arms it on CUDA only, after warmup)", thr)
+                "arms it on CUDA only, after warmup)", thr, bar)
 
     def per_step(side: SideResult) -> float:
         steps = max(1, int(side.counters.get("sync_check_steps") or len(side.steps) or 1))
@@ -107,7 +126,8 @@ def sync_warnings_check(wl: str, base: SideResult, cand: SideResult, th: Thresho
     return Check(wl, "sync_check_warnings", "warnings/step", b, c, c - b, None, None, thr,
                  "vLLM's VLLM_GPU_SYNC_CHECK=warn around execute_model/sample_tokens, counted "
                  "per step over the timed waves", Verdict.REGRESSION if c > b or over_budget
-                 else Verdict.PASS, note + (f"; sites: {sites}" if sites else ""))
+                 else Verdict.PASS, note + (f"; sites: {sites}" if sites else ""),
+                 delta_kind=DeltaKind.DIFFERENCE, bar=bar)
 
 
 def count_info(wl: str, metric: str, column: str, base: SideResult,
@@ -117,11 +137,12 @@ def count_info(wl: str, metric: str, column: str, base: SideResult,
         return None
     why = not_measured(cand, "candidate") or not_measured(base, "baseline")
     if why:
-        return _unmeasured_check(wl, metric, "per step", why, "-")
+        return _unmeasured_check(wl, metric, "per step", why, "-", NOT_GATED)
     why = ("one runner on both sides: judged per phase by ops_vs_baseline"
            if same_runner(base, cand) else "runners differ by design")
     return Check(wl, metric, "per step", b, c, None if b is None or c is None else c - b, None,
-                 None, "-", f"deterministic count (torch.profiler); {why}", Verdict.INFO)
+                 None, "-", f"deterministic count (torch.profiler); {why}", Verdict.INFO,
+                 delta_kind=DeltaKind.DIFFERENCE, bar=NOT_GATED)
 
 
 def _count_excess(now: dict[str, float], ref: dict[str, float],
@@ -147,13 +168,14 @@ def counts_vs_baseline(wl: str, base: SideResult, cand: SideResult,
     thr = f"per phase <= baseline + {th.ops_increase} (allocs + {th.allocs_increase})"
     why = not_measured(cand, "candidate") or not_measured(base, "baseline")
     if why:
-        return _unmeasured_check(wl, "ops_vs_baseline", "per step", why, thr)
+        return _unmeasured_check(wl, "ops_vs_baseline", "per step", why, thr, _count_bar(th))
     over, diffs = _count_excess(now, ref, th)
     check = Check(wl, "ops_vs_baseline", "per step", ref.get("ops"), now.get("ops"),
                   None if "ops" not in ref or "ops" not in now else now["ops"] - ref["ops"],
                   None, None, thr, "deterministic count (torch.profiler), candidate against "
                   "baseline: the same runner on both sides",
-                  Verdict.REGRESSION if over else Verdict.PASS, diffs)
+                  Verdict.REGRESSION if over else Verdict.PASS, diffs,
+                  delta_kind=DeltaKind.DIFFERENCE, bar=_count_bar(th))
     if len(base.profile) != len(cand.profile):
         return _not_gated(check, f"not the same batch sequence ({len(base.profile)} vs "
                                  f"{len(cand.profile)} profiled steps)")
@@ -169,18 +191,20 @@ def reference_check(wl: str, cand: SideResult, reference: dict | None,
     why = not_measured(cand, "candidate")
     if why:
         return _unmeasured_check(wl, "ops_vs_reference", "per step", why,
-                                 f"<= reference + {th.ops_increase}")
+                                 f"<= reference + {th.ops_increase}", _count_bar(th))
     if reference is None:
         return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None, None,
                      f"<= reference + {th.ops_increase}", "deterministic count (torch.profiler)",
                      Verdict.INFO, "no stored reference for this build and workload "
-                     "(mrbench run ... --save-reference)")
+                     "(mrbench run ... --save-reference)", delta_kind=DeltaKind.DIFFERENCE,
+                     bar=_count_bar(th))
     stale = references.key_mismatch(reference, cand.resolved)
     if stale:
         return Check(wl, "ops_vs_reference", "per step", None, now.get("ops"), None, None,
                      None, f"<= reference + {th.ops_increase}",
                      "deterministic count (torch.profiler)", Verdict.INFO,
-                     f"not measured: the stored reference is for another build ({stale})")
+                     f"not measured: the stored reference is for another build ({stale})",
+                     delta_kind=DeltaKind.DIFFERENCE, bar=_count_bar(th))
     ref = reference["counts"]
     over, diffs = _count_excess(now, ref, th)
     return Check(wl, "ops_vs_reference", "per step", ref.get("ops"), now.get("ops"),
@@ -188,4 +212,5 @@ def reference_check(wl: str, cand: SideResult, reference: dict | None,
                  f"per phase <= reference + {th.ops_increase} (allocs + {th.allocs_increase})",
                  f"deterministic count vs the stored reference of {reference.get('git_sha') or '?'}"
                  f" ({reference.get('steps')} steps)",
-                 Verdict.REGRESSION if over else Verdict.PASS, diffs)
+                 Verdict.REGRESSION if over else Verdict.PASS, diffs,
+                 delta_kind=DeltaKind.DIFFERENCE, bar=_count_bar(th))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from mrbench.contract import SideResult
 
 from ..measure import prefill_chunks
-from ..record.run_record import Check, Verdict
+from ..record.run_record import Bar, BarKind, Check, DeltaKind, Verdict
 
 
 def dispatch_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
@@ -26,7 +26,8 @@ def dispatch_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
         f"; serving classes: {', '.join(seen)}"
     return Check(wl, "unwarmed_dispatch", "classes", None if b is None else float(len(b)),
                  float(len(c)), None, None, None, "0", "serving dispatch classes minus warmup's",
-                 Verdict.REGRESSION if c else Verdict.PASS, note)
+                 Verdict.REGRESSION if c else Verdict.PASS, note, delta_kind=DeltaKind.NONE,
+                 bar=Bar(kind=BarKind.MAX_VALUE, value=0.0))
 
 
 def chunk_coverage_check(wl: str, base: SideResult, cand: SideResult) -> Check | None:
@@ -43,6 +44,8 @@ def chunk_coverage_check(wl: str, base: SideResult, cand: SideResult) -> Check |
         return None
     metric, unit = "chunked_prefill_coverage", "prompts"
     thr = f">= 1 prompt in >= {want} prefill chunks on each side"
+    # gates nothing itself: a side under the bound is "not measured" (info), never a pass
+    kind = dict(delta_kind=DeltaKind.DIFFERENCE, bar=Bar(kind=BarKind.MIN_VALUE, value=1.0))
     method = ("prefill chunks each engine's scheduler handed its runner, placed in their "
               "prompt by the tokens computed before the step; timed waves")
     got = {name: (s.counters.get(prefill_chunks.PROMPTS_3PLUS),
@@ -59,12 +62,13 @@ def chunk_coverage_check(wl: str, base: SideResult, cand: SideResult) -> Check |
         return Check(wl, metric, unit, b, c, None, None, None, thr, method, Verdict.INFO,
                      f"not measured: the {' and '.join(silent)} reported no prefill-chunk "
                      "counts (a target that does not count them, or a run read back from "
-                     "disk); reported, not judged")
+                     "disk); reported, not judged", **kind)
     short = [n for n, (p, _) in got.items() if not p]
     if short:
         return Check(wl, metric, unit, b, c, None, None, None, thr, method, Verdict.INFO,
                      f"not measured: no prompt ran in >= {want} prefill chunks on the "
                      f"{' and '.join(short)} (max_num_batched_tokens too large for the "
                      f"prompts?), so token agreement here says nothing about middle chunks; "
-                     f"{counts}")
-    return Check(wl, metric, unit, b, c, c - b, None, None, thr, method, Verdict.PASS, counts)
+                     f"{counts}", **kind)
+    return Check(wl, metric, unit, b, c, c - b, None, None, thr, method, Verdict.PASS, counts,
+                 **kind)

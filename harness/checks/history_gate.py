@@ -23,7 +23,7 @@ import numpy as np
 
 from ..record import history
 from ..record.metrics import LATENCY
-from ..record.run_record import Check, Verdict
+from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from . import stats_across_runs
 
@@ -37,25 +37,30 @@ def bar_of(th: Thresholds, metric: str) -> float | None:
     return th.median_rel if metric.startswith("median_") else th.latency_rel
 
 
-def ratio_checks(checks: list[dict], like: dict, db: Path,
-                 thresholds_for: Callable[[str], Thresholds]) -> list[dict]:
-    """One check per judged latency check of the run: its ratio against the history's."""
+def history_checks(checks: list[Check], like: dict, db: Path,
+                   thresholds_for: Callable[[str], Thresholds]) -> list[Check]:
+    """One check per judged latency check of the run: its ratio against the history's.
+    `like` is the run's history record (history.record_of)."""
     out = []
     for c in checks:
-        if c["metric"] not in LATENCY \
-                or c["verdict"] not in (Verdict.PASS, Verdict.REGRESSION) \
-                or c.get("delta") is None:
+        if c.metric not in LATENCY or c.verdict not in (Verdict.PASS, Verdict.REGRESSION) \
+                or c.delta is None:
             continue
-        wl, metric = c["workload"], c["metric"]
+        wl, metric = c.workload, c.metric
         th = thresholds_for(wl)
         bar = bar_of(th, metric)
         thr = ("not gated (no bar)" if bar is None
                else f"+{bar:.0%} over the history's and significant")
-        now = 1 + c["delta"]
+        # baseline: the earlier ratios' geometric mean, candidate: this run's ratio, delta:
+        # the one over the other, less 1
+        kind = dict(delta_kind=DeltaKind.RELATIVE,
+                    bar=NOT_GATED if bar is None else Bar(
+                        kind=BarKind.MAX_RELATIVE_INCREASE, value=bar, alpha=th.alpha))
+        now = 1 + c.delta
         if not db.is_file():
             out.append(Check(wl, metric + SUFFIX, "ratio", None, now, None, None, None, thr,
-                             "-", Verdict.INFO,
-                             f"not measured: no history at {db} yet").to_dict())
+                             "-", Verdict.INFO, f"not measured: no history at {db} yet",
+                             **kind))
             continue
         earlier = history.earlier_ratios(db, like, wl, metric)
         if len(earlier) < MIN_RUNS:
@@ -63,10 +68,10 @@ def ratio_checks(checks: list[dict], like: dict, db: Path,
                              "-", Verdict.INFO,
                              f"not measured: {len(earlier)} earlier clean passing "
                              f"comparable run{'s' * (len(earlier) != 1)} with this ratio in "
-                             f"{db}; the test needs {MIN_RUNS}").to_dict())
+                             f"{db}; the test needs {MIN_RUNS}", **kind))
             continue
         logs = np.log1p([d for _, d in earlier])
-        x = math.log1p(c["delta"])
+        x = math.log1p(c.delta)
         t = stats_across_runs.prediction_shift_t(logs, x)
         shift = math.expm1(x - float(np.mean(logs)))
         before = math.exp(float(np.mean(logs)))
@@ -80,6 +85,14 @@ def ratio_checks(checks: list[dict], like: dict, db: Path,
             f"this run's candidate/baseline {metric} against the geometric mean of "
             f"{len(earlier)} earlier clean passing comparable runs' (log ratios); {t.method}",
             verdict, f"earlier ratios {', '.join(f'{1 + d:.3f}' for _, d in earlier[-5:])}"
-            f"{' (newest 5)' if len(earlier) > 5 else ''}; newest run {earlier[-1][0]}"
-        ).to_dict())
+            f"{' (newest 5)' if len(earlier) > 5 else ''}; newest run {earlier[-1][0]}",
+            **kind))
     return out
+
+
+def ratio_checks(checks: list[dict], like: dict, db: Path,
+                 thresholds_for: Callable[[str], Thresholds]) -> list[dict]:
+    """`history_checks` on checks held as summary.json's dicts, returning dicts: the form
+    the history's own tools and tests keep them in."""
+    return [c.to_dict() for c in history_checks([Check.model_validate(c) for c in checks],
+                                                like, db, thresholds_for)]

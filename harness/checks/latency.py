@@ -17,7 +17,7 @@ from mrbench.contract import SideResult
 
 from ..measure.canary import wave_disturbed
 from ..record.metrics import LATENCY, SUMMARY_FIELDS
-from ..record.run_record import Check, Verdict
+from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from . import stats, stats_bootstrap
 from .spec import spec_summary
@@ -217,15 +217,21 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     rel_min = th.median_rel if q == 50 else th.latency_rel
     b, c = _samples(base, table, col), _samples(cand, table, col)
     thr = "not gated (no median_rel)" if rel_min is None else f"+{rel_min:.0%} and significant"
+    bar = NOT_GATED if rel_min is None else Bar(kind=BarKind.MAX_RELATIVE_INCREASE,
+                                                value=rel_min, alpha=th.alpha)
+
+    def check(*fields, **named) -> Check:       # every delta here: candidate/baseline - 1
+        return Check(wl, metric, "ms", *fields, delta_kind=DeltaKind.RELATIVE, bar=bar,
+                     **named)
     if len(b) < 2 or len(c) < 2:
         rb = stats.percentile(b, q) if len(b) >= 2 else _reported(base, metric)
         rc = stats.percentile(c, q) if len(c) >= 2 else _reported(cand, metric)
         if rb is not None and rc is not None:     # a side has only its source's figure
-            return Check(wl, metric, "ms", rb, rc, rc / rb - 1 if rb else None, None, None,
+            return check(rb, rc, rc / rb - 1 if rb else None, None, None,
                          thr, f"reported {name}s (a side has no per-request samples)", Verdict.INFO,
                          "aggregates only (vllm bench serve without --save-detailed): "
                          "no samples, no statistical test; reported, not judged")
-        return Check(wl, metric, "ms", None, None, None, None, None, thr, "-", Verdict.INFO,
+        return check(None, None, None, None, None, thr, "-", Verdict.INFO,
                      "fewer than 2 samples on a side")
     level = 1 - 2 * th.alpha                      # two-sided interval, one-sided decision
     bp, cp = stats.percentile(b, q), stats.percentile(c, q)
@@ -236,7 +242,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     usable = len(waves)
     waves, canary_note = undisturbed_waves(base, cand, waves, th.alpha)
     if len(waves) < MIN_WAVES <= usable:
-        return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None, thr,
+        return check(bp, cp, cp / bp - 1 if bp else None, None, None, thr,
                      "-", Verdict.INFO, f"not measured: under {MIN_WAVES} waves left{canary_note}")
     if len(waves) >= MIN_WAVES:
         logr = np.log([stats.percentile(cw[w], q) / stats.percentile(bw[w], q)
@@ -253,18 +259,18 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         else:
             verdict = (Verdict.REGRESSION if wx.p_value < th.alpha and rel > rel_min
                        else Verdict.PASS)
-        return Check(wl, metric, "ms", bp, cp, rel, [lo, hi], wx.p_value, thr,
+        return check(bp, cp, rel, [lo, hi], wx.p_value, thr,
                      f"per-wave {name} ratio over {len(waves)} ABBA waves: {hl.method} "
                      f"({level:.0%}); p: {wx.method}", verdict, note)
     if q == 50:
-        return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None, thr,
+        return check(bp, cp, cp / bp - 1 if bp else None, None, None, thr,
                      "-", Verdict.INFO, f"{len(waves)} usable waves (>= {MIN_PER_WAVE[q]} samples "
                      f"each): a median is judged per ABBA wave only, >= {MIN_WAVES} waves; "
                      f"reported, not judged{canary_note}")
     n_min = stats.min_samples_percentile_ci(q, level)
     n_eff = min(_effective_n(base, table, b), _effective_n(cand, table, c))
     if n_eff < n_min:
-        return Check(wl, metric, "ms", bp, cp, None, None, None, thr, "-", Verdict.INFO,
+        return check(bp, cp, None, None, None, thr, "-", Verdict.INFO,
                      f"n = {len(b)} / {len(c)} ({n_eff} independent), {len(waves)} usable "
                      f"waves: a {name} needs >= {n_min} per side for a bounded {level:.0%} CI "
                      f"(order statistics) or >= {MIN_WAVES} waves; reported, not judged")
@@ -275,13 +281,13 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
         # them as independent and false-alarm; docs/detection-power.md, "Noise anatomy")
         shared, canary_note = undisturbed_waves(base, cand, shared, th.alpha)
         if len(shared) < MIN_WAVES:
-            return Check(wl, metric, "ms", bp, cp, cp / bp - 1 if bp else None, None, None,
+            return check(bp, cp, cp / bp - 1 if bp else None, None, None,
                          thr, "-", Verdict.INFO,
                          f"not measured: under {MIN_WAVES} waves left{canary_note}")
         rel = stats_bootstrap.ratio_percentile_ci_wave_bootstrap([bw[w] for w in shared],
                                                        [cw[w] for w in shared], q, level=level)
         regressed = rel.lo > 0 and rel.estimate > rel_min
-        return Check(wl, metric, "ms", bp, cp, rel.estimate, [rel.lo, rel.hi], None, thr,
+        return check(bp, cp, rel.estimate, [rel.lo, rel.hi], None, thr,
                      f"pooled relative {name} change over {len(shared)} ABBA waves, "
                      f"{rel.method} ({level:.0%}); decided by the CI's lower bound",
                      Verdict.REGRESSION if regressed else Verdict.PASS,
@@ -290,7 +296,7 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     rel = stats_bootstrap.ratio_percentile_ci_bootstrap(b, c, q, level=level)
     mw = stats.mann_whitney_u(b, c, alternative="greater")
     regressed = rel.lo > 0 and rel.estimate > rel_min
-    return Check(wl, metric, "ms", bp, cp, rel.estimate, [rel.lo, rel.hi], mw.p_value, thr,
+    return check(bp, cp, rel.estimate, [rel.lo, rel.hi], mw.p_value, thr,
                  f"pooled relative {name} change, {rel.method} ({level:.0%}); p: {mw.method}",
                  Verdict.REGRESSION if regressed else Verdict.PASS,
                  f"n = {len(b)} / {len(c)}; fewer than {MIN_WAVES} waves, so not blocked")

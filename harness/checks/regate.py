@@ -13,8 +13,8 @@ from pathlib import Path
 from mrbench.contract import BadInput
 
 from ..record import history
-from ..record.results import RunWriter, check_out, environment, load_side, read_run
-from ..record.run_record import overall_verdict
+from ..record.results import RunWriter, check_out, environment, load_side, read_record
+from ..record.run_record import Compared, Manifest, RunSummary
 from ..record.suite import Thresholds
 from .compare import compare
 from .latency import latency_summary
@@ -30,18 +30,18 @@ def last_passing_baseline(cand: Path, db: Path) -> Path:
     return Path(found)
 
 
-def recorded_thresholds(manifest: dict, workload: str) -> Thresholds:
+def recorded_thresholds(manifest: Manifest, workload: str) -> Thresholds:
     """The thresholds a run judged `workload` by: its manifest's suite thresholds with the
     workload's entry's own overrides (a sweep's workload names its entry)."""
-    suite = manifest.get("suite", {})
+    suite = manifest.suite or {}
     overrides = {w.get("id"): w.get("thresholds") or {} for w in suite.get("workloads", [])}
-    entry = (manifest.get("workloads", {}).get(workload) or {}).get("entry", workload)
+    entry = (manifest.workloads.get(workload) or {}).get("entry", workload)
     return Thresholds.model_validate({**suite.get("thresholds", {}),
                                       **overrides.get(entry, {})})
 
 
 def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
-           ) -> tuple[dict, int, Path]:
+           ) -> tuple[RunSummary, int, Path]:
     """Gate `side` of run `cand` against `side` of run `base`, for the workloads both ran.
 
     Thresholds: the base run's suite thresholds, with each workload entry's own overrides.
@@ -49,9 +49,9 @@ def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
     writable; not rendered: the caller writes its report) and returns (summary, exit code,
     path), the exit code as `mrbench run` gives it. BadInput when a run is not a results
     directory or the two share no workload."""
-    bm, bs = read_run(base)
-    cm, cs = read_run(cand)
-    common = [w for w in bm.get("workloads", {}) if w in cm.get("workloads", {})]
+    bm, bs = read_record(base)
+    cm, cs = read_record(cand)
+    common = [w for w in bm.workloads if w in cm.workloads]
     if not common:
         raise BadInput(f"{base} and {cand} share no workload")
     check_out(out)
@@ -59,26 +59,25 @@ def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
     checks, metrics = [], {}
     for w in common:
         b, c = load_side(base, w, side), load_side(cand, w, side)
-        b.resolved = bm.get("resolved", {}).get(w, {}).get(side, {})
-        c.resolved = cm.get("resolved", {}).get(w, {}).get(side, {})
+        b.resolved = bm.resolved_side(w, side)
+        c.resolved = cm.resolved_side(w, side)
         writer.add_side(w, "baseline", b)
         writer.add_side(w, "candidate", c)
         metrics[w] = dict(baseline=latency_summary(b), candidate=latency_summary(c))
-        checks += [x.to_dict() for x in compare(w, b, c, recorded_thresholds(bm, w))]
-    verdict, code = overall_verdict(checks, [])
-    summary = dict(verdict=verdict, suite=f"compare {base.name} -> {cand.name}",
-                   target=bs.get("target"), baseline=bs.get("candidate"),
-                   candidate=cs.get("candidate"),
-                   checks=checks, failures=[], metrics=metrics)
-    manifest = dict(environment(), compared=dict(base=str(base), cand=str(cand), side=side),
-                    base_manifest=bm, cand_manifest=cm)
-    return summary, code, writer.commit(manifest, summary)
+        checks += compare(w, b, c, recorded_thresholds(bm, w))
+    summary = RunSummary.build(checks, [], suite=f"compare {base.name} -> {cand.name}",
+                               target=bs.target, baseline=bs.candidate,
+                               candidate=cs.candidate, metrics=metrics)
+    manifest = Manifest(**environment(),
+                        compared=Compared(base=str(base), cand=str(cand), side=side),
+                        base_manifest=bm, cand_manifest=cm)
+    return summary, summary.exit_code, writer.commit(manifest, summary)
 
 
 WAVE_TABLES = ("requests", "itl", "steps")     # the timed tables: every row has its wave
 
 
-def first_waves(run: Path, n: int) -> dict:
+def first_waves(run: Path, n: int) -> RunSummary:
     """`run`'s summary with its checks recomputed by the gate (compare) on the first `n`
     ABBA waves of each workload alone.
 
@@ -93,9 +92,9 @@ def first_waves(run: Path, n: int) -> dict:
     table without a wave column."""
     if n < 1:
         raise BadInput(f"--waves must be at least 1, got {n}")
-    m, s = read_run(run)
+    m, s = read_record(run)
     checks = []
-    for w in m.get("workloads", {}):
+    for w in m.workloads:
         sides = {}
         for side in ("baseline", "candidate"):
             res = load_side(run, w, side)
@@ -108,9 +107,7 @@ def first_waves(run: Path, n: int) -> dict:
                 if rows and "wave" not in rows[0]:
                     raise BadInput(f"{run}: {w}'s {t} table has no wave column")
                 setattr(res, t, [r for r in rows if r["wave"] is not None and r["wave"] < n])
-            res.resolved = m.get("resolved", {}).get(w, {}).get(side, {})
+            res.resolved = m.resolved_side(w, side)
             sides[side] = res
-        checks += [c.to_dict() for c in compare(w, sides["baseline"], sides["candidate"],
-                                                recorded_thresholds(m, w))]
-    verdict, _ = overall_verdict(checks, s.get("failures") or [])
-    return dict(s, checks=checks, verdict=verdict, waves=n)
+        checks += compare(w, sides["baseline"], sides["candidate"], recorded_thresholds(m, w))
+    return s.rejudged(checks, waves=n)

@@ -12,7 +12,7 @@ import numpy as np
 
 from mrbench.contract import SideResult
 
-from ..record.run_record import Check, Verdict
+from ..record.run_record import Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from . import stats
 
@@ -79,6 +79,9 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
     th = th or Thresholds()
     metric, unit = "mean_acceptance_length", "tokens/step"
     thr = f"-{th.acceptance_drop:.0%} and p < {th.alpha}"
+    kind = dict(delta_kind=DeltaKind.RELATIVE, bar=Bar(kind=BarKind.MAX_RELATIVE_DECREASE,
+                                                        value=th.acceptance_drop,
+                                                        alpha=th.alpha))
     b, c = spec_summary(base), spec_summary(cand)
     if not c:
         if not _speculated(cand):
@@ -86,11 +89,11 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
         if not b:                                # neither side drafted: nothing to compare
             return Check(wl, metric, unit, None, None, None, None, None, thr, "-", Verdict.INFO,
                          "not measured: no drafts on either side (requests too short to "
-                         "draft?); reported, not judged")
+                         "draft?); reported, not judged", **kind)
         return Check(wl, metric, unit, b["mean_acceptance_length"], None, None, None, None,
                      thr, "AL = 1 + accepted / drafts (vLLM)", Verdict.ERROR,
                      f"not measured: the candidate speculated but verified no drafts, the "
-                     f"baseline {int(b['num_drafts'])}")
+                     f"baseline {int(b['num_drafts'])}", **kind)
     bal, cal = b.get("mean_acceptance_length"), c["mean_acceptance_length"]
     pooled = None if bal is None else cal / bal - 1
     pos = ", ".join(f"{c[k]:.2f}" for k in sorted(c) if k.startswith("acceptance_rate_pos_"))
@@ -99,7 +102,7 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
     def info(why: str) -> Check:
         return Check(wl, metric, unit, bal, cal, pooled, None, None, thr,
                      "AL = 1 + accepted / drafts (vLLM)", Verdict.INFO,
-                     f"{why}; reported, not judged; {figures}")
+                     f"{why}; reported, not judged; {figures}", **kind)
     if bal is None:
         return info("the baseline made no drafts" if _speculated(base)
                     else "the baseline does not speculate")
@@ -125,4 +128,4 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
                  Verdict.REGRESSION if regressed else Verdict.PASS,
                  f"pooled AL {bal:.3f} -> {cal:.3f} ({pooled:+.1%}); requests with a lower "
                  f"/ higher candidate AL: {int((logr < 0).sum())} / {int((logr > 0).sum())} "
-                 f"of {len(pairs)}; {figures}")
+                 f"of {len(pairs)}; {figures}", **kind)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mrbench.contract import SideResult
 
-from ..record.run_record import Check, Verdict
+from ..record.run_record import Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 
 
@@ -27,4 +27,6 @@ def audit_check(wl: str, cand: SideResult, th: Thresholds) -> Check | None:
     return Check(wl, "state_audit_violations", "steps", None, float(len(bad)), None, None, None,
                  f"<= {th.audit_violations}",
                  f"host mirror vs device truth after each of {len(cand.audits)} steps",
-                 Verdict.REGRESSION if len(bad) > th.audit_violations else Verdict.PASS, note)
+                 Verdict.REGRESSION if len(bad) > th.audit_violations else Verdict.PASS, note,
+                 delta_kind=DeltaKind.NONE,
+                 bar=Bar(kind=BarKind.MAX_VALUE, value=th.audit_violations))

@@ -16,9 +16,9 @@ from mrbench.workloads import workloads as known_workloads
 from ..measure import canary
 from ..measure.affinity import pin_cpus
 from ..record.results import check_out, write_json
-from ..record.run_record import Verdict
+from ..record.run_record import RunSummary, Verdict
 from ..record.suite import Suite, load_suite, shipped_suites, single_workload_suite
-from ..run import builds
+from ..run import builds, engine_args
 from ..run.orchestrate import Isolation, Overrides
 from ..run.targets.base import TARGETS, SideSpec
 from ..show.formatting import fmt_num, fmt_p
@@ -86,6 +86,11 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
     p.add_argument("--in-process", action="store_true",
                    help="run engines in this process (debugging; a crash or hang of an "
                         "engine then ends the run)")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="[SIDE:]NAME=VALUE",
+                   help="vllm target: one of vLLM's own engine arguments by its EngineArgs "
+                        "name (repeatable; VALUE as JSON or a YAML scalar: 2, true, fp8), for "
+                        "both sides or, with SIDE baseline: or candidate:, one; over a "
+                        "suite's engine_args. Checked before any engine starts")
     p.add_argument("--json", action="store_true", help="print the JSON result instead of a table")
 
 
@@ -228,34 +233,35 @@ def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
     seed = 0 if a.seed is None else a.seed
     base = side_spec(a.baseline, a.target, a.device, a.model, (), seed)
     cand = side_spec(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
+    base, cand = engine_args.with_cli(base, cand, getattr(a, "engine_arg", None) or [])
     return suite, base, cand, Overrides(a.seed, a.limit, a.dataset, a.time_scale,
                                         a.max_input_len, a.scorer)
 
 
-def print_summary(summary: dict, path: Path, as_json: bool) -> None:
-    """A run's verdict table (or its summary as JSON), failures, and where the report is."""
+def print_summary(summary: RunSummary, path: Path, as_json: bool) -> None:
+    """A run's verdict table (or its summary as summary.json holds it), failures, and
+    where the report is."""
     if as_json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary.to_json_dict(), indent=2, default=str))
         return
     rows = [("workload", "metric", "baseline", "candidate", "delta", "p", "verdict")]
-    for c in summary["checks"]:
-        rows.append((c["workload"], c["metric"], fmt_num(c["baseline"]),
-                     fmt_num(c["candidate"]), fmt_num(c["delta"], signed=True),
-                     fmt_p(c["p_value"]), c["verdict"].upper()
-                     if c["verdict"] == Verdict.REGRESSION else c["verdict"]))
+    for c in summary.checks:
+        rows.append((c.workload, c.metric, fmt_num(c.baseline), fmt_num(c.candidate),
+                     fmt_num(c.delta, signed=True), fmt_p(c.p_value),
+                     c.verdict.upper() if c.verdict == Verdict.REGRESSION else str(c.verdict)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
-    for f in summary["failures"]:
-        print(f"FAILED {f['workload']} ({f['side']}): {f['error']}")
-    for u in summary.get("unsupported", []):
-        print(f"UNSUPPORTED HERE {u['workload']} ({u['side']}, {u['target']}): {u['reason']}")
-    for wl, sides in (summary.get("metrics") or {}).items():
+    for f in summary.failures:
+        print(f"FAILED {f.workload} ({f.side}): {f.error}")
+    for u in summary.unsupported:
+        print(f"UNSUPPORTED HERE {u.workload} ({u.side}, {u.target}): {u.reason}")
+    for wl, sides in summary.metrics.items():
         added = (sides.get("candidate") or {}).get("ruler_added_pct")
         if added is not None:     # set beside the median step's delta: a ruler that hid shows
             print(f"ruler {wl}: the candidate's slow-step busy work added {added:+.1f} % to "
                   f"the steps it slowed (its own account)")
-    print(f"verdict: {summary['verdict']}")
+    print(f"verdict: {summary.verdict}")
     print(f"report: {path / 'report.html'}")
 
 

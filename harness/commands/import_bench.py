@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..record.errors import EXIT_PASS
-from ..record.results import default_out, read_run
+from ..record.results import default_out, read_summary
 from ..run.bench_import import import_bench
 from .common import render_run
 
@@ -16,7 +16,8 @@ def main(a: argparse.Namespace) -> int:
                         label=a.label)
     render_run(path)
     if a.json:
-        print(json.dumps(dict(run=str(path), **read_run(path)[1]["imported"]), indent=2))
+        imported = read_summary(path).imported
+        print(json.dumps(dict(run=str(path), **imported.to_json_dict()), indent=2))
     else:
         print(path)
     return EXIT_PASS

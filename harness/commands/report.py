@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..record.errors import EXIT_PASS
-from ..record.results import read_run
+from ..record.results import read_record
 from ..show.markdown import faults_markdown, run_markdown
 from .common import render_run
 
@@ -16,6 +16,6 @@ def main(a: argparse.Namespace) -> int:
             print(faults_markdown(run) if (run / "faults.json").is_file() else run_markdown(run))
         return EXIT_PASS
     for run in a.runs:
-        read_run(run)
+        read_record(run)      # not a run, or a newer format: one line, before rendering
         print(render_run(run))
     return EXIT_PASS

@@ -30,9 +30,9 @@ def main(a: argparse.Namespace) -> int:
             print_summary(e.summary, e.path, a.json)
             if a.junit_xml is not None:
                 write_junit(e.summary, a.junit_xml)
-        left = e.summary["interrupted"]
-        print(f"mrbench: interrupted: the {len(left['finished'])} finished workloads are in "
-              f"{e.path}; {len(left['not_run'])} not run", file=sys.stderr)
+        left = e.summary.interrupted
+        print(f"mrbench: interrupted: the {len(left.finished)} finished workloads are in "
+              f"{e.path}; {len(left.not_run)} not run", file=sys.stderr)
         return EXIT_INTERRUPTED
     with interrupts.held():             # a signal now is recorded: the report is written whole
         render_run(path)
@@ -40,11 +40,11 @@ def main(a: argparse.Namespace) -> int:
         if a.junit_xml is not None:
             write_junit(summary, a.junit_xml)
         if a.save_reference and not a.json:
-            print("references: " + ("not saved (a side failed)" if summary["failures"] else
+            print("references: " + ("not saved (a side failed)" if summary.failures else
                                     "saved under results/baselines/op-counts/"))
     late = interrupts.caught()
     if late:                            # it came after the last workload: nothing was lost
         print(f"mrbench: interrupted ({late}) after every workload finished: the results in "
-              f"{path} are complete (verdict {summary['verdict']})", file=sys.stderr)
+              f"{path} are complete (verdict {summary.verdict})", file=sys.stderr)
         return EXIT_INTERRUPTED
     return code

@@ -8,6 +8,11 @@ workloads still ran); 130 interrupted (SIGINT or SIGTERM: a run keeps what finis
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                        # run_record imports the exit codes from here
+    from .run_record import RunSummary
+
 EXIT_PASS, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                   # the shell's 128 + SIGINT
 
@@ -19,6 +24,6 @@ class RunInterrupted(KeyboardInterrupt):
     (`timeout -s INT`) so keeps its finished work instead of losing the run. A KeyboardInterrupt
     still, so that a campaign of runs stops at it."""
 
-    def __init__(self, summary: dict, path) -> None:
+    def __init__(self, summary: RunSummary, path) -> None:
         super().__init__(f"interrupted; results in {path}")
         self.summary, self.path = summary, path

@@ -1,16 +1,37 @@
 """Result history in SQLite: every run's metrics, keyed by git sha, date, target, suite,
-device and model, so a nightly job remembers which night a metric moved.
+device and model, and each side's vLLM version and commit, so a nightly job remembers
+which night, and which vLLM commit, moved a metric.
 
 One row per run (`runs`) and one per (run, workload, side, metric) value (`metrics`).
 Runs are comparable when target, suite, device, model, baseline and candidate runners
-match; a trend is one comparable group's values in date order. The database is only
-written by `add`, in one transaction, after every run directory was read and checked; a
-file that is not this schema is refused, untouched.
+match; a trend is one comparable group's values in date order. The vLLM build is not part
+of the group: a trend across vLLM commits is what the history is for, and the build is
+what a change point is attributed to.
+
+Build identity (schema 2) is four columns of `runs`, `baseline_vllm_version`,
+`baseline_vllm_commit`, `candidate_vllm_version`, `candidate_vllm_commit`, not a table of
+sides: a run has exactly two sides by design, every reader wants both beside the run's
+other keys (`SELECT * FROM runs`, the group filters of `last_pass`), and columns migrate
+from schema 1 with `ALTER TABLE ... ADD COLUMN`, which gives the old rows NULL and needs
+no copy of the table. NULL means no vLLM was recorded: the bundled runner, an imported
+`vllm bench` file, a run made before schema 2, or a release build without a commit.
+
+Writes: only `add` writes, in one transaction (BEGIN IMMEDIATE ... COMMIT), after every
+run directory was read and checked; a schema-1 file is migrated in place inside that same
+transaction (a failure leaves it as it was). Reads never write: a schema-1 file is read
+through a migrated in-memory copy. A file that is not an mrbench history, or whose schema
+is newer than this mrbench's, is refused, untouched.
+
+Runs are read through `results.read_run`; their manifest and summary are accessed with
+`_get` / `_items`, which take plain dicts and typed records (attributes of the same
+names) alike.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
+from collections.abc import Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -21,7 +42,7 @@ from .metrics import LATENCY
 from .results import read_run
 from .run_record import RunVerdict, Verdict
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 DEFAULT_DB = Path("results") / "history.sqlite"
 CHECK_METRICS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_strict",
                  "token_agreement", "mean_acceptance_length", "state_audit_violations",
@@ -29,110 +50,212 @@ CHECK_METRICS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_
 JUDGED = "judged:"      # prefix: 1 if the run's own check judged that P99, 0 if `info`
 RATIO = "ratio:"        # prefix: a judged latency check's relative change, candidate/baseline
 GROUP_KEYS = ("target", "suite", "device", "model", "baseline", "candidate")
-_SCHEMA = """
+SIDES = ("baseline", "candidate")
+BUILD_COLUMNS = tuple(f"{side}_vllm_{f}" for side in SIDES for f in ("version", "commit"))
+RUN_FIELDS = ("id", "run_dir", "git_sha", "created", "target", "verdict", "faults",
+              *BUILD_COLUMNS)          # what a trend's point carries of its run
+_SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY, run_dir TEXT NOT NULL UNIQUE, git_sha TEXT, created TEXT NOT NULL,
     target TEXT, suite TEXT, device TEXT, model TEXT, baseline TEXT, candidate TEXT,
-    faults TEXT, verdict TEXT);
+    faults TEXT, verdict TEXT, {', '.join(f'{c} TEXT' for c in BUILD_COLUMNS)});
 CREATE TABLE metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id), workload TEXT NOT NULL, side TEXT NOT NULL,
     metric TEXT NOT NULL, value REAL, PRIMARY KEY (run_id, workload, side, metric));
 """
+# schema version -> (the next version, the statements that reach it)
+_MIGRATIONS = {"1": ("2", [f"ALTER TABLE runs ADD COLUMN {c} TEXT" for c in BUILD_COLUMNS])}
 
 
-def _check_schema(db: Path) -> None:
-    """Refuse a file that is not an mrbench history (read-only: nothing is written)."""
+# ---- manifest and summary, as dicts or typed records ----------------------------------------
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    """obj[key] of a mapping, else the attribute `key` of a typed record; None-safe."""
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _items(obj: Any) -> Iterable[tuple[str, Any]]:
+    """(key, value) of a mapping or of a typed record's fields."""
+    if obj is None:
+        return []
+    if isinstance(obj, Mapping):
+        return obj.items()
+    if hasattr(obj, "model_dump"):                          # pydantic
+        names = [*type(obj).model_fields, *(getattr(obj, "model_extra", None) or {})]
+        return ((k, getattr(obj, k)) for k in names)
+    if dataclasses.is_dataclass(obj):
+        return ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    return vars(obj).items()
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+# ---- schema --------------------------------------------------------------------------------
+
+def _version(con: sqlite3.Connection, db: Path) -> str:
+    """The file's schema version; BadInput if it is not an mrbench history this reads."""
     try:
-        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
-            row = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     except sqlite3.DatabaseError as e:
         raise BadInput(f"history database {db} is not an mrbench history ({e})") from None
-    if row is None or row[0] != SCHEMA_VERSION:
+    if row is None or (row[0] != SCHEMA_VERSION and row[0] not in _MIGRATIONS):
         raise BadInput(f"history database {db} has schema {row and row[0]!r}; "
-                       f"this mrbench reads {SCHEMA_VERSION!r}")
+                       f"this mrbench reads {SCHEMA_VERSION!r} and migrates "
+                       f"{', '.join(map(repr, _MIGRATIONS))}")
+    return row[0]
+
+
+def _check_schema(db: Path) -> str:
+    """The schema version of `db` (read-only: nothing is written); BadInput if unreadable."""
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            return _version(con, db)
+    except sqlite3.DatabaseError as e:
+        raise BadInput(f"history database {db} is not an mrbench history ({e})") from None
+
+
+def _migrate(con: sqlite3.Connection, version: str) -> None:
+    """Bring `con` from `version` to SCHEMA_VERSION; the caller holds the transaction."""
+    while version != SCHEMA_VERSION:
+        version, statements = _MIGRATIONS[version]
+        for s in statements:
+            con.execute(s)
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
 
 
 def open_existing(db: Path) -> sqlite3.Connection:
+    """A connection to read `db` in the current schema. An older file is copied into memory
+    and migrated there: reading never writes the file (`add` migrates it in place)."""
     if not db.is_file():
         raise BadInput(f"history database {db} does not exist (mrbench history add RUN ... "
                        "creates it)")
-    _check_schema(db)
-    return sqlite3.connect(db)
+    version = _check_schema(db)
+    if version == SCHEMA_VERSION:
+        return sqlite3.connect(db)
+    mem = sqlite3.connect(":memory:")
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as src:
+        src.backup(mem)
+    with mem:
+        _migrate(mem, version)
+    return mem
 
+
+# ---- one run's record ------------------------------------------------------------------------
 
 def run_record(run_dir: Path) -> tuple[dict, list[tuple[str, str, str, float]]]:
     """The run's key fields and its numeric metric values, from manifest and summary."""
     manifest, summary = read_run(run_dir)
-    if "metrics" not in summary or "checks" not in summary:
+    if _get(summary, "metrics") is None or _get(summary, "checks") is None:
         raise BadInput(f"{run_dir}: summary.json is not a run's summary (a campaign? add "
                        "its run directories)")
     return record_of(manifest, summary, run_dir)
 
 
-def record_of(manifest: dict, summary: dict, run_dir: Path
+def build_identity(manifest: Any) -> dict[str, str | None]:
+    """Each side's vLLM version and commit: what its engine reported (the manifest's
+    `resolved`, the first workload that says), else the version of the side's own build
+    (`builds`); None where the side ran no vLLM (the bundled runner)."""
+    resolved = [sides for _, sides in _items(_get(manifest, "resolved"))]
+    out: dict[str, str | None] = {}
+    for side in SIDES:
+        seen = [_get(sides, side) for sides in resolved]
+        version = next((v for r in seen if (v := _get(r, "vllm_version"))), None) \
+            or _get(_get(_get(manifest, "builds"), side), "vllm_version")
+        commit = next((v for r in seen if (v := _get(r, "vllm_commit"))), None)
+        out[f"{side}_vllm_version"], out[f"{side}_vllm_commit"] = _text(version), _text(commit)
+    return out
+
+
+def record_of(manifest: Any, summary: Any, run_dir: Path
               ) -> tuple[dict, list[tuple[str, str, str, float]]]:
-    """run_record from a run's manifest and summary dicts (also before they are written)."""
-    res = manifest.get("resolved") or {}
-    first = next(iter(res.values()), {})
-    cand = first.get("candidate") or {}
-    model = cand.get("model")
-    dev = cand.get("device") or (manifest.get("sides") or {}).get("candidate", {}).get("device")
-    run = dict(run_dir=str(run_dir.resolve()), git_sha=manifest.get("git_sha"),
-               created=manifest.get("created") or "", target=summary.get("target"),
-               suite=summary.get("suite"), device=dev, model=model,
-               baseline=summary.get("baseline"), candidate=summary.get("candidate"),
-               faults=json.dumps(summary.get("candidate_faults") or []),
-               verdict=summary.get("verdict"))
+    """run_record from a run's manifest and summary (dicts or typed records; also before
+    they are written)."""
+    first = next(iter(sides for _, sides in _items(_get(manifest, "resolved"))), None)
+    cand = _get(first, "candidate")
+    model = _get(cand, "model")
+    dev = _get(cand, "device") or _get(_get(_get(manifest, "sides"), "candidate"), "device")
+    run = dict(run_dir=str(run_dir.resolve()), git_sha=_text(_get(manifest, "git_sha")),
+               created=_text(_get(manifest, "created")) or "",
+               target=_text(_get(summary, "target")), suite=_text(_get(summary, "suite")),
+               device=_text(dev), model=_text(model), baseline=_text(_get(summary, "baseline")),
+               candidate=_text(_get(summary, "candidate")),
+               faults=json.dumps(list(_get(summary, "candidate_faults") or [])),
+               verdict=_text(_get(summary, "verdict")), **build_identity(manifest))
     values: dict[tuple[str, str, str], float] = {}
-    for wl, sides in (summary.get("metrics") or {}).items():
-        for side, m in sides.items():
-            for k, v in m.items():
+    for wl, sides in _items(_get(summary, "metrics")):
+        for side, m in _items(sides):
+            for k, v in _items(m):
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     values[(wl, side, k)] = float(v)
-    for c in summary["checks"]:
-        if c["metric"] in LATENCY:    # did the run itself judge this latency?
-            judged = c["verdict"] in (Verdict.PASS, Verdict.REGRESSION)
-            values[(c["workload"], "candidate", f"{JUDGED}{c['metric']}")] = float(judged)
-            if judged and isinstance(c.get("delta"), (int, float)):
+    for c in _get(summary, "checks") or []:
+        wl, metric, verdict = _get(c, "workload"), _get(c, "metric"), _get(c, "verdict")
+        if metric in LATENCY:    # did the run itself judge this latency?
+            judged = verdict in (Verdict.PASS, Verdict.REGRESSION)
+            values[(wl, "candidate", f"{JUDGED}{metric}")] = float(judged)
+            delta = _get(c, "delta")
+            if judged and isinstance(delta, (int, float)):
                 # the run's candidate/baseline estimate, which later runs are judged against
-                values[(c["workload"], "candidate", f"{RATIO}{c['metric']}")] = \
-                    float(c["delta"])
-        if c["metric"] in CHECK_METRICS:
-            for side in ("baseline", "candidate"):
-                if isinstance(c.get(side), (int, float)):
-                    values[(c["workload"], side, c["metric"])] = float(c[side])
+                values[(wl, "candidate", f"{RATIO}{metric}")] = float(delta)
+        if metric in CHECK_METRICS:
+            for side in SIDES:
+                v = _get(c, side)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    values[(wl, side, metric)] = float(v)
     return run, [(w, s, k, v) for (w, s, k), v in values.items()]
 
 
+# ---- writing ---------------------------------------------------------------------------------
+
 def add(db: Path, run_dirs: list[Path]) -> int:
-    """Append runs (all or none); a run already in the history is skipped. Returns added."""
+    """Append runs (all or none); a run already in the history is skipped. Returns added.
+    A schema-1 history is migrated in the same transaction."""
     records = [run_record(Path(r)) for r in run_dirs]          # all read before any write
     if db.exists():
         _check_schema(db)
     elif not db.parent.is_dir():
         raise BadInput(f"history database {db}: directory {db.parent} does not exist")
     new = not db.exists()
-    con = sqlite3.connect(db)
+    con = sqlite3.connect(db, isolation_level=None)           # transactions by hand
+    ok = False
     try:
-        with con:                                              # one transaction
-            if new:
-                con.executescript(_SCHEMA)
-                con.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-            added = 0
-            for run, values in records:
-                if con.execute("SELECT 1 FROM runs WHERE run_dir = ?",
-                               (run["run_dir"],)).fetchone():
-                    continue
-                cur = con.execute(f"INSERT INTO runs ({', '.join(run)}) VALUES "
-                                  f"({', '.join('?' * len(run))})", list(run.values()))
-                con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?)",
-                                [(cur.lastrowid, *v) for v in values])
-                added += 1
+        con.execute("BEGIN IMMEDIATE")                         # one transaction, DDL included
+        if new:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                con.execute(statement)
+            con.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        else:
+            version = _version(con, db)          # again, under the lock: a writer may have
+            if version != SCHEMA_VERSION:        # migrated it since
+                _migrate(con, version)
+        added = 0
+        for run, values in records:
+            if con.execute("SELECT 1 FROM runs WHERE run_dir = ?",
+                           (run["run_dir"],)).fetchone():
+                continue
+            cur = con.execute(f"INSERT INTO runs ({', '.join(run)}) VALUES "
+                              f"({', '.join('?' * len(run))})", list(run.values()))
+            con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?)",
+                            [(cur.lastrowid, *v) for v in values])
+            added += 1
+        con.execute("COMMIT")
+        ok = True
     finally:
+        if not ok and con.in_transaction:
+            con.execute("ROLLBACK")
         con.close()
+        if not ok and new:
+            db.unlink(missing_ok=True)                         # no half-made history
     return added
 
+
+# ---- reading ---------------------------------------------------------------------------------
 
 def runs(db: Path) -> list[dict[str, Any]]:
     with closing(open_existing(db)) as con:
@@ -141,16 +264,18 @@ def runs(db: Path) -> list[dict[str, Any]]:
 
 
 def series(db: Path) -> dict[tuple, dict[tuple[str, str, str], list[tuple[dict, float]]]]:
-    """{group key: {(workload, side, metric): [(run, value), ...] in date order}}."""
+    """{group key: {(workload, side, metric): [(run, value), ...] in date order}}; a value
+    that was not a number (NaN is stored as NULL) is no point."""
     with closing(open_existing(db)) as con:
         con.row_factory = sqlite3.Row
         rows = con.execute("SELECT r.*, m.workload, m.side, m.metric, m.value FROM metrics m "
-                           "JOIN runs r ON r.id = m.run_id ORDER BY r.created, r.id").fetchall()
+                           "JOIN runs r ON r.id = m.run_id WHERE m.value IS NOT NULL "
+                           "ORDER BY r.created, r.id").fetchall()
     out: dict[tuple, dict] = {}
     for r in rows:
         d = dict(r)
         key = tuple(d[k] for k in GROUP_KEYS)
-        run = {k: d[k] for k in ("id", "run_dir", "git_sha", "created", "verdict", "faults")}
+        run = {k: d[k] for k in RUN_FIELDS}
         out.setdefault(key, {}).setdefault((d["workload"], d["side"], d["metric"]), []).append(
             (run, d["value"]))
     return out

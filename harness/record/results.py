@@ -7,15 +7,16 @@ Tables are CSV (pandas) so they open anywhere; output tokens go to tokens.jsonl.
 Storage does not render: `report.html` is written by the command that made the run, from
 the run's final directory, after `RunWriter.commit`.
 
-This module is also the one reader of a results directory (`read_run`, `read_manifest`,
-`read_table`, `load_side`), so compare, report and history read a run the same way. The
-manifest carries `results_format`; a reader refuses a newer format than `RESULTS_FORMAT`
-with one line, and a manifest without the field is format 1.
+It writes the run record's models (run_record.Manifest, run_record.RunSummary) and nothing
+else, and it is the one reader of a results directory (`read_record`, `read_manifest`,
+`read_summary`, `read_table`, `load_side`), so compare, report and history read a run the
+same way. The manifest carries `results_format`; a reader refuses a newer format than
+`RESULTS_FORMAT` with one line, and a manifest without the field is format 1. Format 2
+added each check's `delta_kind` and `bar`; a format-1 run reads with them UNKNOWN / None.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import shutil
@@ -30,16 +31,18 @@ from typing import Any
 
 import pandas as pd
 import torch
+from pydantic import BaseModel, ValidationError
 
 from mrbench.contract import BadInput, SideResult
 from mrbench.contract.paths import data_origin
 
 from ..measure import canary
 from ..measure.affinity import current_affinity
+from .run_record import Manifest, RunSummary, RunVerdict, json_safe
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("requests", "itl", "steps", "profile", "audits", "dispatch")
-RESULTS_FORMAT = 1    # the layout of a results directory; bump it when a reader must change
+RESULTS_FORMAT = 2    # the layout of a results directory; bump it when a reader must change
 TEXT_COLUMNS = ("workload", "side")    # read as text: a workload named "1" stays "1"
 
 
@@ -100,19 +103,11 @@ def environment() -> dict[str, Any]:
                 data=dict(origin=origin, dir=str(folder)))
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, tuples -> lists."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(_clean(obj), indent=2, default=str) + "\n")
+    """`obj` (a dict, or a run record's model) as indented JSON, NaN written as null."""
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump()
+    path.write_text(json.dumps(json_safe(obj), indent=2, default=str) + "\n")
 
 
 class RunWriter:
@@ -136,10 +131,11 @@ class RunWriter:
         self.tokens += [dict(workload=workload, side=side, req_index=i, token_ids=t)
                         for i, t in enumerate(res.tokens)]
 
-    def commit(self, manifest: dict, summary: dict) -> Path:
+    def commit(self, manifest: Manifest, summary: RunSummary) -> Path:
         """Write the run into a hidden sibling, then rename it to `out`; returns `out`.
-        The manifest is stamped with `results_format`. Nothing is rendered here."""
-        manifest = dict(manifest, results_format=RESULTS_FORMAT)
+        The manifest is stamped with `results_format` (the caller's model is left as it
+        is). Nothing is rendered here."""
+        manifest = manifest.model_copy(update={"results_format": RESULTS_FORMAT})
         self.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
         try:
@@ -183,9 +179,23 @@ def _read_json(path: Path, run_dir: Path) -> Any:
                        f"{e.lineno})") from None
 
 
-def read_manifest(run_dir: Path) -> dict:
+def _validated(model: type[BaseModel], data: Any, run_dir: Path, name: str) -> Any:
+    """`data` as `model`, or BadInput naming the first field that does not fit."""
+    if not isinstance(data, dict):
+        raise BadInput(f"{run_dir}: {name} is not a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "top level"
+        raise BadInput(f"{run_dir}: {name} is not a run's {name.split('.')[0]} "
+                       f"({where}: {err['msg']})") from None
+
+
+def read_manifest(run_dir: Path) -> Manifest:
     """The manifest of a results directory, its format checked; BadInput naming what is
-    wrong (not a directory, no manifest, corrupt JSON, a newer format)."""
+    wrong (not a directory, no manifest, corrupt JSON, a newer format, a field that does
+    not fit)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BadInput(f"{run_dir} is not a results directory")
@@ -193,7 +203,34 @@ def read_manifest(run_dir: Path) -> dict:
     if not isinstance(manifest, dict):
         raise BadInput(f"{run_dir}: manifest.json is not a JSON object")
     check_format(manifest, run_dir)
-    return manifest
+    return _validated(Manifest, manifest, run_dir, "manifest.json")
+
+
+def _summary_of(run_dir: Path) -> RunSummary:
+    return _validated(RunSummary, _read_json(run_dir / "summary.json", run_dir), run_dir,
+                      "summary.json")
+
+
+def read_summary(run_dir: Path) -> RunSummary:
+    """The summary of a results directory; BadInput naming what is wrong. A manifest beside
+    it is format-checked (a newer format is refused); one that is absent is left to
+    `read_manifest` (a campaign's pieces are read back by their summaries alone)."""
+    run_dir = Path(run_dir)
+    _check_dir_format(run_dir)
+    return _summary_of(run_dir)
+
+
+def read_record(run_dir: Path) -> tuple[Manifest, RunSummary]:
+    """(manifest, summary) of a results directory, or BadInput naming what is wrong."""
+    return read_manifest(run_dir), _summary_of(Path(run_dir))
+
+
+def read_run(run_dir: Path) -> tuple[dict, dict]:
+    """`read_record` as the plain dicts its JSON files hold (validated and filled in by the
+    models: a format-1 check has `delta_kind` "unknown"), for a reader that keeps runs as
+    dicts (the history)."""
+    manifest, summary = read_record(run_dir)
+    return manifest.to_json_dict(), summary.to_json_dict()
 
 
 def read_campaign(camp_dir: Path, filename: str) -> dict:
@@ -209,10 +246,45 @@ def read_campaign(camp_dir: Path, filename: str) -> dict:
     return res
 
 
-def read_run(run_dir: Path) -> tuple[dict, dict]:
-    """(manifest, summary) of a results directory, or BadInput naming what is wrong."""
-    manifest = read_manifest(run_dir)
-    return manifest, _read_json(Path(run_dir) / "summary.json", Path(run_dir))
+def salvage_summary(data: Any) -> tuple[RunSummary, str | None]:
+    """summary.json's parsed JSON as far as it reads, for the report (which renders what
+    it can of a damaged run rather than nothing): an item of a list that does not fit the
+    model is left out, another field that does not fit falls back to its default (the
+    verdict to "error"), and the first such problem is said. Not a JSON object: an empty
+    summary in error."""
+    if not isinstance(data, dict):
+        return RunSummary(verdict=RunVerdict.ERROR, checks=[]), "not a JSON object"
+    data, said = dict(data), None
+    while True:          # each turn drops a field or an item, so this ends
+        try:
+            return RunSummary.model_validate(data), said
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = err["loc"]
+            said = said or f"{'.'.join(map(str, loc))}: {err['msg']} (left out)"
+            field = loc[0]
+            if len(loc) > 1 and isinstance(loc[1], int) and isinstance(data.get(field), list):
+                data[field] = [x for i, x in enumerate(data[field]) if i != loc[1]]
+            elif field in ("verdict", "checks"):
+                data[field] = RunVerdict.ERROR if field == "verdict" else []
+            else:
+                data.pop(field, None)
+
+
+def salvage_manifest(data: Any) -> Manifest | None:
+    """manifest.json's parsed JSON as far as it reads (a top-level field that does not fit
+    the model is left out), for the report; None when it is not a JSON object."""
+    if not isinstance(data, dict):
+        return None
+    data = dict(data)
+    while True:
+        try:
+            return Manifest.model_validate(data)
+        except ValidationError as e:
+            loc = e.errors()[0]["loc"]
+            if not loc or loc[0] not in data:
+                return Manifest()
+            data.pop(loc[0])
 
 
 class UnreadableTable(BadInput):

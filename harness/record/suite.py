@@ -5,11 +5,19 @@ runs. Shipped suites live in harness/suites/; a path to any YAML file works too.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
@@ -59,6 +67,17 @@ class WorkloadEntry(BaseModel):
     workload: str
     params: dict[str, Any] = {}
     thresholds: dict[str, Any] = {}       # overrides of the suite's thresholds for this one
+    # the engine's own arguments by its names (vLLM's EngineArgs), over the suite's; the
+    # target checks them before any engine starts (harness.run.engine_args)
+    engine_args: dict[str, Any] = {}
+
+    @field_validator("engine_args")
+    @classmethod
+    def _argument_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
+        if bad:
+            raise ValueError(f"engine argument name {bad[0]!r} is not a name")
+        return v
 
 
 class Suite(BaseModel):
@@ -66,7 +85,18 @@ class Suite(BaseModel):
     name: str
     description: str = ""
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    engine_args: dict[str, Any] = {}      # every entry's, under the entry's own (folded in)
     workloads: list[WorkloadEntry] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _fold_engine_args(self) -> "Suite":
+        """Each entry's engine_args with the suite's under them, so that an entry carries
+        what its engines get wherever it goes (a selection, suites run together)."""
+        if self.engine_args:
+            WorkloadEntry._argument_names(self.engine_args)
+            for w in self.workloads:
+                w.engine_args = {**self.engine_args, **w.engine_args}
+        return self
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "Suite":

@@ -59,7 +59,7 @@ from mrbench.contract import BadInput, SideResult
 from ..checks import stats
 from ..checks.latency import latency_summary
 from ..record.results import RunWriter, check_out, environment
-from ..record.run_record import Check, RunVerdict, Verdict
+from ..record.run_record import NOT_GATED, Check, DeltaKind, Manifest, RunSummary, Verdict
 
 TARGET = "vllm-bench"
 WORKLOADS = {"serve": "vllm-bench-serve", "latency": "vllm-bench-latency"}
@@ -395,7 +395,8 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                     "compare can only report vLLM's aggregate as info, not test it")
         checks.append(Check(wl, metric, "ms", value if side == "baseline" else None,
                             value if side == "candidate" else None, None, None, None, "-",
-                            method, Verdict.INFO, note).to_dict())
+                            method, Verdict.INFO, note, delta_kind=DeltaKind.NONE,
+                            bar=NOT_GATED))
     metrics = {k: v for k, v in latency_summary(res).items()
                if not (isinstance(v, float) and math.isnan(v))}
     metrics.update(_vllm_metrics(files, res.requests, res.itl))
@@ -416,21 +417,20 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
     suite = dict(name=wl, description=f"imported vllm bench {kind} results",
                  thresholds=dict(latency_metrics=list(MEASURED[kind])),
                  workloads=[dict(id=wl, workload=wl, params=setup)])
-    manifest = dict(created=env["created"], git_sha=None, imported=imported, importer=env,
+    manifest = Manifest(created=env["created"], git_sha=None, imported=imported, importer=env,
                     suite=suite, target=TARGET, sides={side: dict(runner=label, device=None,
                                                      model=first.data.get("model_id"))},
                     workloads={wl: dict(workload=wl, entry=wl, params=setup,
                                         source=[s["path"] for s in src],
                                         items=len(res.requests))},
                     resolved={wl: {side: res.resolved}})
-    summary = dict(verdict=RunVerdict.IMPORTED, suite=wl, target=TARGET,
-                   baseline=label if side == "baseline" else None,
-                   candidate=label if side == "candidate" else None, candidate_faults=[],
-                   checks=checks, failures=[], metrics={wl: {side: metrics}},
-                   imported=dict(kind=kind, files=[f.path.name for f in files],
-                                 per_request=imported["per_request"],
-                                 requests=len(res.requests), itl_gaps=len(res.itl),
-                                 notes=notes))
+    summary = RunSummary.build(
+        checks, [], suite=wl, target=TARGET, baseline=label if side == "baseline" else None,
+        candidate=label if side == "candidate" else None, candidate_faults=[],
+        metrics={wl: {side: metrics}},
+        imported=dict(kind=kind, files=[f.path.name for f in files],
+                      per_request=imported["per_request"], requests=len(res.requests),
+                      itl_gaps=len(res.itl), notes=notes))
     writer = RunWriter(out_dir)
     writer.add_side(wl, side, res)
     return writer.commit(manifest, summary)

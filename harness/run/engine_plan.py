@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from mrbench.contract import EngineOptions
 
-from .targets.base import Footprint, SideSpec
+from .engine_args import describe as describe_args
+from .targets.base import Footprint, SideSpec, engine_args_of
 
 HOST_MEMORY_SHARE = 0.6              # of the host's RAM that resident engines may take
 MAX_STARTS_AT_ONCE = 8               # more overlapped starts only queue on the CPUs
@@ -95,7 +96,24 @@ class EnginePlan:
                 + (f" ({inst} instances)" if inst != n else "")
                 + f" in {len(self.groups)} start group{'s' * (len(self.groups) != 1)}, up to "
                 f"{self.starts_at_once} starting at once"
-                + (f" ({self.why_groups})" if self.why_groups else ""))
+                + (f" ({self.why_groups})" if self.why_groups else "")
+                + (f"; engine shape differs by engine_args: {note}"
+                   if (note := self.engine_args_note()) else ""))
+
+    def engine_args_note(self) -> str:
+        """Which engines the user's engine arguments shape: each distinct set, with its
+        sides and, where it is not every workload's, its workloads ("" where none)."""
+        every = {w for e in self.engines for w in e.workloads}
+        where: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
+        for e in self.engines:
+            args = engine_args_of(e.spec, e.options)
+            if args:
+                sides, wls = where.setdefault(describe_args(args), ({}, {}))
+                sides[e.side] = None
+                wls.update(dict.fromkeys(e.workloads))
+        return "; ".join(
+            f"{k} ({', '.join(sides)}" + (f": {', '.join(wls)}" if set(wls) != every else "")
+            + ")" for k, (sides, wls) in where.items())
 
     def to_dict(self) -> dict:
         """The plan as the manifest records it."""
@@ -103,6 +121,7 @@ class EnginePlan:
                     budget_share=self.budget_share, why_groups=self.why_groups,
                     groups=[[dict(side=e.side, workloads=list(e.workloads),
                                   instances=e.instances,
+                                  engine_args=dict(engine_args_of(e.spec, e.options)),
                                   footprint=None if e.footprint is None
                                   else dict(device=e.footprint.device, host=e.footprint.host),
                                   gpu_memory_share=e.options.gpu_memory_share)

@@ -23,9 +23,9 @@ from ..measure.agreement import first_divergence
 from ..record import history, references
 from ..record.errors import RunInterrupted
 from ..record.results import RunWriter, check_out, environment
-from ..record.run_record import Verdict, overall_verdict
+from ..record.run_record import Manifest, RunSummary, Verdict
 from ..record.suite import Suite
-from . import builds, engine_plan, interrupts, progress
+from . import builds, engine_args, engine_plan, interrupts, progress
 from .engine_bank import BankSettings, EngineBank
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress
@@ -162,7 +162,7 @@ def _plan_engines(plan: list, specs: dict[str, SideSpec], targets: dict, iso: Is
     first_seen: dict[tuple, int] = {}
     rows = []
     for wid, entry, wl, params, items in plan:
-        options = wl.engine_options(params)
+        options = engine_args.shape_options(wl.engine_options(params), entry)
         keys = tuple(key(sp, options) for _, sp in sorted(specs.items()))
         first_seen.setdefault(keys, len(first_seen))
         rows.append((first_seen[keys], len(rows), (wid, entry, wl, params, items, options)))
@@ -189,7 +189,7 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
               save_reference: bool = False,
               isolation: Isolation | None = None,
               bank: EngineBank | None = None,
-              history_db: Path | None = None) -> tuple[dict, int, Path]:
+              history_db: Path | None = None) -> tuple[RunSummary, int, Path]:
     """Run `suite`, write it to `out`: (summary, exit code, path). `bank`: engines lent by
     a campaign, kept resident after the run for its next one (while both sides stay
     unchanged); without one, the run's engines are closed at its end. `history_db`: also
@@ -239,10 +239,12 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
         for suffix, pp in points:           # a sweep is one entry, many engine shapes
             plan.append((f"{entry.id}.{suffix}" if suffix else entry.id, entry, wl, pp, items))
     specs = dict(baseline=base, candidate=cand)
+    engine_args.check(targets, specs, [engine_args.shape_options(wl.engine_options(p), e)
+                                       for _, e, wl, p, _ in plan])
     # what this machine cannot run is known before any engine starts: no engine for it
     why_not: dict[str, dict[str, str]] = {}
-    for wid, _, wl, params, _ in plan:
-        options = wl.engine_options(params)
+    for wid, entry, wl, params, _ in plan:
+        options = engine_args.shape_options(wl.engine_options(params), entry)
         why = {s: r for s, sp in specs.items()
                if (r := _unsupported(targets[sp.target], sp, options, wl.needs))}
         if why:
@@ -351,12 +353,11 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                                                            profile=res.profile)
                 if len(results) == 2:
                     ref = references.load(results["candidate"].resolved, wid, params.model_dump())
-                    new = [c.to_dict() for c in compare(wid, results["baseline"],
-                                                        results["candidate"],
-                                                        suite.thresholds_for(entry.id), ref)]
+                    new = compare(wid, results["baseline"], results["candidate"],
+                                  suite.thresholds_for(entry.id), ref)
                     checks += new
-                    bad = [f"{c['metric']} {c['verdict']}" for c in new
-                           if c["verdict"] in (Verdict.REGRESSION, Verdict.ERROR)]
+                    bad = [f"{c.metric} {c.verdict}" for c in new
+                           if c.verdict in (Verdict.REGRESSION, Verdict.ERROR)]
                     prog.line(f"{wid}: {len(new)} checks" + (f"; {', '.join(bad)}" if bad
                                                               else ", no regression"))
                 finished.append(wid)
@@ -381,47 +382,43 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
                         target=target_name, suite=suite.name, baseline=side_label(base, cand),
                         candidate=side_label(cand, base), checks=[], metrics={}), out)
                 th_of = {w: suite.thresholds_for(e.id) for w, e, *_ in plan}
-                checks += history_gate.ratio_checks(
+                checks += history_gate.history_checks(
                     checks, like, history_db, lambda w: th_of.get(w, suite.thresholds))
             order = {w: i for i, (w, *_) in enumerate(plan)}    # report in the suite's order
-            checks.sort(key=lambda c: order.get(c["workload"], len(order)))
+            checks.sort(key=lambda c: order.get(c.workload, len(order)))
             for f in sorted(bank.used_logs):
                 if f.is_file():
                     writer.add_file(f"engine-logs/{f.name}", f.read_text(errors="replace"))
             if own_bank:
                 bank.shutdown()
-            verdict, code = overall_verdict(checks, failures)
-            prog.line(f"{suite.name}: verdict {verdict} in {time.time() - t_start:.0f} s")
-            summary = dict(verdict=verdict, suite=suite.name, target=target_name,
-                           baseline=side_label(base, cand), candidate=side_label(cand, base),
-                           candidate_faults=list(cand.faults), checks=checks, failures=failures,
-                           unsupported=unsupported,
-                           metrics=metrics, wall_s=round(time.time() - t_start, 2))
-            if interrupted:
-                summary["interrupted"] = interrupted
+            summary = RunSummary.build(
+                checks, failures, suite=suite.name, target=target_name,
+                baseline=side_label(base, cand), candidate=side_label(cand, base),
+                candidate_faults=list(cand.faults), unsupported=unsupported, metrics=metrics,
+                wall_s=round(time.time() - t_start, 2), interrupted=interrupted)
+            prog.line(f"{suite.name}: verdict {summary.verdict} in "
+                      f"{time.time() - t_start:.0f} s")
             seeds = dict(engine=dict(baseline=base.seed, candidate=cand.seed),
                          workloads={w: getattr(p, "seed", None) for w, _, _, p, _ in plan})
-            manifest = dict(environment(), suite=suite.model_dump(), target=target_name,
-                            isolation=asdict(iso),
-                            sides=dict(baseline=asdict(base), candidate=asdict(cand)),
-                            builds={s: builds.resolve(sp.build).describe() if sp.build else None
-                                    for s, sp in specs.items()},
-                            seeds=seeds,
-                            workloads={w: dict(workload=e.workload, entry=e.id,
-                                               params=p.model_dump(), source=wl.source(p),
-                                               items=len(items))
-                                       for w, e, wl, p, items in plan},
-                            engines=dict(plan=eplan.to_dict(), starts=bank.starts,
-                                         wall_s=round(sum(x["start_s"] for x in bank.starts),
-                                                      3)),
-                            resolved=resolved)
+            manifest = Manifest(
+                **environment(), suite=suite.model_dump(), target=target_name,
+                isolation=asdict(iso), sides=dict(baseline=asdict(base), candidate=asdict(cand)),
+                builds={s: builds.resolve(sp.build).describe() if sp.build else None
+                        for s, sp in specs.items()},
+                seeds=seeds,
+                workloads={w: dict(workload=e.workload, entry=e.id, params=p.model_dump(),
+                                   source=wl.source(p), items=len(items))
+                           for w, e, wl, p, items in plan},
+                engines=dict(plan=eplan.to_dict(), starts=bank.starts,
+                             wall_s=round(sum(x["start_s"] for x in bank.starts), 3)),
+                resolved=resolved)
             path = writer.commit(manifest, summary)
             if interrupted:
                 raise RunInterrupted(summary, path)
             if save_reference and not failures:     # a side that failed has nothing to keep
                 for side in ("baseline", "candidate"):
-                    sha = manifest.get("git_sha")
+                    sha = manifest.git_sha
                     first = next(iter(saved[side]))
                     references.save(resolved[first][side],
                                     {w: dict(e, git_sha=sha) for w, e in saved[side].items()})
-            return summary, code, path
+            return summary, summary.exit_code, path

@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from ..record.run_record import Verdict
+from ..record.run_record import Check, RunSummary, Verdict
 from .html import write_atomic
 
 
@@ -27,17 +27,17 @@ def _fmt(x: Any) -> str:
     return "-" if x is None else f"{x:.6g}" if isinstance(x, float) else str(x)
 
 
-def _figures(c: dict) -> str:
-    ci = c.get("ci") or [None, None]
-    return (f"{c['metric']}: baseline {_fmt(c.get('baseline'))}, candidate "
-            f"{_fmt(c.get('candidate'))} {c.get('unit') or ''}, change {_fmt(c.get('delta'))} "
-            f"[{_fmt(ci[0])}, {_fmt(ci[1])}], p {_fmt(c.get('p_value'))}; bar "
-            f"{c.get('threshold') or '-'}")
+def _figures(c: Check) -> str:
+    ci = c.ci or [None, None]
+    return (f"{c.metric}: baseline {_fmt(c.baseline)}, candidate "
+            f"{_fmt(c.candidate)} {c.unit or ''}, change {_fmt(c.delta)} "
+            f"[{_fmt(ci[0])}, {_fmt(ci[1])}], p {_fmt(c.p_value)}; bar "
+            f"{c.threshold or '-'}")
 
 
-def to_junit(summary: dict) -> ET.ElementTree:
-    """The JUnit document of a run summary (`summary.json`'s dict)."""
-    suite = summary.get("suite") or "run"
+def to_junit(summary: RunSummary) -> ET.ElementTree:
+    """The JUnit document of a run summary."""
+    suite = summary.suite or "run"
     by_workload: dict[str, list[ET.Element]] = {}
 
     def case(workload: str, name: str) -> ET.Element:
@@ -46,25 +46,24 @@ def to_junit(summary: dict) -> ET.ElementTree:
         by_workload.setdefault(workload, []).append(el)
         return el
 
-    for c in summary.get("checks", []):
-        el = case(c["workload"], c["metric"])
-        detail = "\n".join(x for x in (c.get("method"), c.get("note")) if x)
-        v = c.get("verdict")
-        if v == Verdict.REGRESSION:
+    for c in summary.checks:
+        el = case(c.workload, c.metric)
+        detail = "\n".join(x for x in (c.method, c.note) if x)
+        if c.verdict == Verdict.REGRESSION:
             ET.SubElement(el, "failure", message=_figures(c), type=Verdict.REGRESSION).text = detail
-        elif v == Verdict.ERROR:
-            ET.SubElement(el, "error", message=c.get("note") or _figures(c),
+        elif c.verdict == Verdict.ERROR:
+            ET.SubElement(el, "error", message=c.note or _figures(c),
                           type="not measured").text = detail
-        elif v == Verdict.INFO:
-            ET.SubElement(el, "skipped", message=c.get("note") or "reported, not gated")
+        elif c.verdict == Verdict.INFO:
+            ET.SubElement(el, "skipped", message=c.note or "reported, not gated")
         ET.SubElement(el, "system-out").text = _figures(c)
-    for f in summary.get("failures", []):
-        el = case(f["workload"], f"{f['side']} side")
-        ET.SubElement(el, "error", message=f.get("error") or "failed",
-                      type="side failed").text = f.get("traceback") or ""
-    for u in summary.get("unsupported", []):
-        el = case(u["workload"], f"{u['side']} side")
-        ET.SubElement(el, "skipped", message=str(u.get("reason") or "unsupported here"))
+    for f in summary.failures:
+        el = case(f.workload, f"{f.side} side")
+        ET.SubElement(el, "error", message=f.error or "failed",
+                      type="side failed").text = f.traceback or ""
+    for u in summary.unsupported:
+        el = case(u.workload, f"{u.side} side")
+        ET.SubElement(el, "skipped", message=u.reason or "unsupported here")
 
     root = ET.Element("testsuites", name=f"mrbench {suite}")
     for workload, cases in by_workload.items():
@@ -80,7 +79,7 @@ def to_junit(summary: dict) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def write_junit(summary: dict, path: Path) -> Path:
+def write_junit(summary: RunSummary, path: Path) -> Path:
     """Write the run's JUnit XML to `path` whole (a reader never sees half a file)."""
     doc = to_junit(summary)
     text = ET.tostring(doc.getroot(), encoding="unicode", xml_declaration=True)

@@ -5,31 +5,30 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from ..record.results import read_campaign, read_run
+from ..record.results import read_campaign, read_record
 from ..record.run_record import Verdict, fault_status
 from .formatting import fmt_num, fmt_p
 
 
 def run_markdown(run_dir: Path) -> str:
-    _, s = read_run(run_dir)
-    lines = [f"### mrbench {s.get('suite')}: **{s['verdict'].upper()}**", "",
-             f"candidate `{s.get('candidate')}` vs baseline `{s.get('baseline')}`"
-             + (f", faults {s.get('candidate_faults')}" if s.get("candidate_faults") else ""),
+    _, s = read_record(run_dir)
+    lines = [f"### mrbench {s.suite}: **{s.verdict.upper()}**", "",
+             f"candidate `{s.candidate}` vs baseline `{s.baseline}`"
+             + (f", faults {s.candidate_faults}" if s.candidate_faults else ""),
              "", "| workload | metric | baseline | candidate | delta | p | verdict |",
              "|---|---|---|---|---|---|---|"]
-    checks = sorted(s["checks"], key=lambda c: c["verdict"] != Verdict.REGRESSION)
+    checks = sorted(s.checks, key=lambda c: c.verdict != Verdict.REGRESSION)
     for c in checks:
-        if c["verdict"] == Verdict.INFO:
+        if c.verdict == Verdict.INFO:
             continue
-        v = "**REGRESSION**" if c["verdict"] == Verdict.REGRESSION else c["verdict"]
-        lines.append(f"| {c['workload']} | {c['metric']} | {fmt_num(c['baseline'])} | "
-                     f"{fmt_num(c['candidate'])} | {fmt_num(c['delta'], signed=True)} | "
-                     f"{fmt_p(c['p_value'])} | {v} |")
-    for f in s.get("failures", []):
-        lines.append(f"\nFAILED {f['workload']} ({f['side']}): {f['error']}")
-    for u in s.get("unsupported", []):
-        lines.append(f"\nUNSUPPORTED HERE {u['workload']} ({u['side']}, {u['target']}): "
-                     f"{u['reason']}")
+        v = "**REGRESSION**" if c.verdict == Verdict.REGRESSION else c.verdict
+        lines.append(f"| {c.workload} | {c.metric} | {fmt_num(c.baseline)} | "
+                     f"{fmt_num(c.candidate)} | {fmt_num(c.delta, signed=True)} | "
+                     f"{fmt_p(c.p_value)} | {v} |")
+    for f in s.failures:
+        lines.append(f"\nFAILED {f.workload} ({f.side}): {f.error}")
+    for u in s.unsupported:
+        lines.append(f"\nUNSUPPORTED HERE {u.workload} ({u.side}, {u.target}): {u.reason}")
     return "\n".join(lines) + "\n"
 
 

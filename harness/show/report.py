@@ -20,8 +20,14 @@ from typing import Any, Iterable
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..record.results import UnreadableTable, check_format, read_table
-from ..record.run_record import RunVerdict, Verdict
+from ..record.results import (
+    UnreadableTable,
+    check_format,
+    read_table,
+    salvage_manifest,
+    salvage_summary,
+)
+from ..record.run_record import Check, Manifest, Verdict
 from ..run.compile_cache import describe_start
 from .formatting import fmt_ci, fmt_num, fmt_p
 from .html import environment, fig_to_data_uri, write_atomic
@@ -54,11 +60,10 @@ def _read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
         return None
 
 
-def _ordered_workloads(checks: list[dict], tables: Iterable[pd.DataFrame | None]) -> list[str]:
+def _ordered_workloads(checks: list[Check], tables: Iterable[pd.DataFrame | None]) -> list[str]:
     out: dict[str, None] = {}
     for c in checks:
-        if c.get("workload") is not None:
-            out.setdefault(str(c["workload"]), None)
+        out.setdefault(c.workload, None)
     for df in tables:
         if df is not None and "workload" in df.columns:
             for w in df["workload"].dropna().unique():
@@ -66,21 +71,20 @@ def _ordered_workloads(checks: list[dict], tables: Iterable[pd.DataFrame | None]
     return list(out)
 
 
-def _check_row(c: dict) -> dict:
-    verdict = str(c.get("verdict") or "")
+def _check_row(c: Check) -> dict:
     return {
-        "workload": c.get("workload", ""),
-        "metric": c.get("metric", ""),
-        "unit": c.get("unit") or "",
-        "baseline": fmt_num(c.get("baseline")),
-        "candidate": fmt_num(c.get("candidate")),
-        "delta": fmt_num(c.get("delta"), signed=True),
-        "ci": fmt_ci(c.get("ci")),
-        "p_value": fmt_p(c.get("p_value")),
-        "threshold": c.get("threshold") or "",
-        "method": c.get("method") or "",
-        "verdict": verdict,
-        "note": c.get("note") or "",
+        "workload": c.workload,
+        "metric": c.metric,
+        "unit": c.unit,
+        "baseline": fmt_num(c.baseline),
+        "candidate": fmt_num(c.candidate),
+        "delta": fmt_num(c.delta, signed=True),
+        "ci": fmt_ci(c.ci),
+        "p_value": fmt_p(c.p_value),
+        "threshold": c.threshold,
+        "method": c.method,
+        "verdict": str(c.verdict),
+        "note": c.note,
     }
 
 
@@ -106,13 +110,13 @@ def _engine_of(r: dict) -> str:
     return str(r.get("target") or "?")
 
 
-def _what_ran(manifest: Any) -> list[dict]:
+def _what_ran(manifest: Manifest | None) -> list[dict]:
     """Per side, what actually ran (read back from the engines, across workloads): the
     header a reader checks first. Values that differ between workloads are all listed."""
-    if not isinstance(manifest, dict):
+    if manifest is None:
         return []
-    resolved = manifest.get("resolved") or {}
-    sides = manifest.get("sides") or {}
+    resolved = manifest.resolved
+    sides = manifest.sides or {}
     rows = []
     for side in SIDES:
         seen: dict[str, list[str]] = {k: [] for k, _ in RAN_FIELDS}
@@ -139,26 +143,25 @@ def _what_ran(manifest: Any) -> list[dict]:
 
 
 def _build_context(run_dir: Path) -> dict:
-    summary, summary_err = _read_json(run_dir / "summary.json")
-    if not isinstance(summary, dict):
-        if summary is not None:
-            summary_err = "summary.json is not a JSON object"
-        summary = {}
-    manifest, manifest_err = _read_json(run_dir / "manifest.json")
-    if isinstance(manifest, dict):
-        check_format(manifest, run_dir)     # a newer results format: refused, one line
+    raw_summary, summary_err = _read_json(run_dir / "summary.json")
+    # what of a damaged summary reads is shown: a check that does not, or a verdict this
+    # mrbench does not know (then "error"), is left out and said
+    summary, damage = salvage_summary({} if raw_summary is None else raw_summary)
+    if raw_summary is not None and damage:
+        summary_err = f"summary.json: {damage}"
+    raw_manifest, manifest_err = _read_json(run_dir / "manifest.json")
+    if isinstance(raw_manifest, dict):
+        check_format(raw_manifest, run_dir)     # a newer results format: refused, one line
+    manifest = salvage_manifest(raw_manifest)
 
-    checks = [c for c in (summary.get("checks") or []) if isinstance(c, dict)]
-    failures = [f for f in (summary.get("failures") or []) if isinstance(f, dict)]
-    verdict = str(summary.get("verdict") or RunVerdict.ERROR)
-    if verdict not in tuple(RunVerdict):    # a run verdict this mrbench does not know
-        verdict = RunVerdict.ERROR
+    checks = summary.checks
 
     requests = _read_table(run_dir, "requests")
     itl = _read_table(run_dir, "itl")
     steps = _read_table(run_dir, "steps")
     profile = _read_table(run_dir, "profile")   # profiled-pass steps: sync/op counts
-    ctx = {"checks": checks, "requests": requests, "itl": itl, "steps": steps, "profile": profile}
+    ctx = {"summary": summary, "requests": requests, "itl": itl, "steps": steps,
+           "profile": profile}
 
     workloads = []
     for w in _ordered_workloads(checks, (requests, itl, steps)):
@@ -179,31 +182,28 @@ def _build_context(run_dir: Path) -> dict:
         workloads.append({"name": w, "plots": plots, "skipped": skipped,
                           "counts": _request_counts(requests, w)})
 
-    if manifest is not None:
-        manifest_text = json.dumps(manifest, indent=2, ensure_ascii=False, default=str)
+    if raw_manifest is not None:     # the file as written, whatever the model reads of it
+        manifest_text = json.dumps(raw_manifest, indent=2, ensure_ascii=False, default=str)
     else:
         manifest_text = manifest_err
 
     return {
-        "suite": str(summary.get("suite") or run_dir.name),
+        "suite": summary.suite or run_dir.name,
         "run_dir": str(run_dir),
-        "verdict": verdict,
+        "verdict": str(summary.verdict),
         "summary_error": summary_err,
-        "failures": [{"workload": f.get("workload", ""), "side": f.get("side", ""),
-                      "error": f.get("error", ""), "engine_log": f.get("engine_log")}
-                     for f in failures],
-        "unsupported": [u for u in (summary.get("unsupported") or []) if isinstance(u, dict)],
-        "interrupted": summary.get("interrupted") if isinstance(summary.get("interrupted"),
-                                                                dict) else None,
+        "failures": summary.failures,
+        "unsupported": summary.unsupported,
+        "interrupted": summary.interrupted,
         "checks": [_check_row(c) for c in checks],
-        "n_regressions": sum(1 for c in checks if c.get("verdict") == Verdict.REGRESSION),
+        "n_regressions": sum(1 for c in checks if c.verdict == Verdict.REGRESSION),
         "workloads": workloads,
         "manifest": manifest_text,
         "manifest_error": manifest_err,
         "ran": _what_ran(manifest),
         "ran_fields": RAN_FIELDS,
-        "git_sha": (manifest or {}).get("git_sha") if isinstance(manifest, dict) else None,
-        "git_dirty": (manifest or {}).get("git_dirty") if isinstance(manifest, dict) else None,
+        "git_sha": None if manifest is None else manifest.git_sha,
+        "git_dirty": None if manifest is None else manifest.git_dirty,
         "missing_files": [n for n in ("requests.csv", "itl.csv", "steps.csv")
                           if ctx[n[:-4]] is None],
     }

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks.stats import proportion_ci_wilson
-from ..record.run_record import Verdict
+from ..record.run_record import Check, DeltaKind, Verdict
 from .formatting import as_float, fmt_ci, fmt_num, is_missing
 
 __all__ = ["PLOTS", "SIDES", "workload_rows"]
@@ -137,10 +137,12 @@ def _plot_latency_cdfs(workload: str, tables: dict[str, pd.DataFrame | None]):
 
 
 def _implied_candidate_ci(base: float | None, cand: float | None, delta: float | None,
-                          ci: Any) -> tuple[float, float] | None:
-    """Candidate interval implied by the CI of delta, when delta's form (candidate - baseline,
+                          ci: Any, kind: DeltaKind = DeltaKind.UNKNOWN
+                          ) -> tuple[float, float] | None:
+    """Candidate interval implied by the CI of delta: by the check's own `delta_kind`, or
+    for a run written before it (UNKNOWN), where delta's form (candidate - baseline,
     relative change, or ratio) can be recognised from the three point values."""
-    if base is None or cand is None or delta is None:
+    if base is None or cand is None or delta is None or kind == DeltaKind.NONE:
         return None
     if not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return None
@@ -148,19 +150,20 @@ def _implied_candidate_ci(base: float | None, cand: float | None, delta: float |
     if lo is None or hi is None:
         return None
     close = lambda a, b: math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-9)  # noqa: E731
-    if close(base + delta, cand):
+    unknown = kind == DeltaKind.UNKNOWN
+    if kind == DeltaKind.DIFFERENCE or unknown and close(base + delta, cand):
         return base + lo, base + hi
-    if base != 0 and close(base * (1 + delta), cand):
+    if base != 0 and (kind == DeltaKind.RELATIVE or unknown and close(base * (1 + delta), cand)):
         return base * (1 + lo), base * (1 + hi)
-    if base != 0 and close(base * delta, cand):
+    if base != 0 and (kind == DeltaKind.RATIO or unknown and close(base * delta, cand)):
         return base * lo, base * hi
     return None
 
 
-def _plot_p99(workload: str, checks: list[dict]):
+def _plot_p99(workload: str, checks: list[Check]):
     rows = [c for c in checks
-            if str(c.get("workload")) == workload and str(c.get("metric", "")).startswith("p99_")
-            and (as_float(c.get("baseline")) is not None or as_float(c.get("candidate")) is not None)]
+            if c.workload == workload and c.metric.startswith("p99_")
+            and (as_float(c.baseline) is not None or as_float(c.candidate) is not None)]
     if not rows:
         return None
     ncols = min(4, len(rows))
@@ -169,27 +172,27 @@ def _plot_p99(workload: str, checks: list[dict]):
     for ax in axes.flat[len(rows):]:
         ax.axis("off")
     for ax, c in zip(axes.flat, rows):
-        base, cand = as_float(c.get("baseline")), as_float(c.get("candidate"))
-        delta = as_float(c.get("delta"))
-        regressed = c.get("verdict") == Verdict.REGRESSION
+        base, cand = as_float(c.baseline), as_float(c.candidate)
+        delta = as_float(c.delta)
+        regressed = c.verdict == Verdict.REGRESSION
         colors = [SIDE_COLORS["baseline"], REGRESSION_COLOR if regressed else SIDE_COLORS["candidate"]]
         vals = [base if base is not None else 0.0, cand if cand is not None else 0.0]
         ax.bar([0, 1], vals, color=colors, width=0.6)
         for x, v in ((0, base), (1, cand)):
             if v is None:
                 ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=8)
-        band = _implied_candidate_ci(base, cand, delta, c.get("ci"))
+        band = _implied_candidate_ci(base, cand, delta, c.ci, c.delta_kind)
         if band is not None:
             lo, hi = min(band), max(band)
             ax.plot([1, 1], [lo, hi], color="black", lw=1.5)
             ax.plot([1, 1], [lo, hi], color="black", marker="_", ms=14, lw=0)
         ax.set_xticks([0, 1], ["baseline", "candidate"], fontsize=8)
-        unit = c.get("unit") or ""
+        unit = c.unit
         ax.set_ylabel(unit, fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(axis="y", alpha=0.3)
-        sub = f"Δ {fmt_num(delta, signed=True)} CI {fmt_ci(c.get('ci'))}"
-        ax.set_title(f"{c.get('metric')}\n{sub} · {c.get('verdict', '')}", fontsize=8,
+        sub = f"Δ {fmt_num(delta, signed=True)} CI {fmt_ci(c.ci)}"
+        ax.set_title(f"{c.metric}\n{sub} · {c.verdict}", fontsize=8,
                      color=REGRESSION_COLOR if regressed else "black")
     fig.tight_layout()
     return fig
@@ -331,7 +334,9 @@ def _plot_accuracy(workload: str, requests: pd.DataFrame | None):
     return fig
 
 
-PLOTS = (  # (key, title, caption, builder(workload, ctx) -> Figure | None)
+# builder(workload, ctx) -> Figure | None; ctx: the run's summary (a RunSummary) and its
+# tables (requests, itl, steps, profile; None where absent)
+PLOTS = (  # (key, title, caption, builder)
     ("latency_cdf", "Latency CDFs (TTFT, TPOT, ITL, E2E)",
      "Empirical CDFs per request (ITL: per inter-token gap); log x-axis when the range "
      "spans more than 100x.",
@@ -339,9 +344,9 @@ PLOTS = (  # (key, title, caption, builder(workload, ctx) -> Figure | None)
     ("p99", "P99 with 95% CI",
      "Bars: P99 per side as reported by the checks (red: regression). Black interval: the "
      "check's 95% CI of delta mapped onto the candidate (baseline + CI, or baseline x (1 + CI) "
-     "for a relative delta); absent when delta's form is not recognised. Titles give delta "
-     "and its CI as reported.",
-     lambda w, c: _plot_p99(w, c["checks"])),
+     "for a relative delta, as the check's delta_kind says); absent when delta's form is not "
+     "known. Titles give delta and its CI as reported.",
+     lambda w, c: _plot_p99(w, c["summary"].checks)),
     ("syncs", "Host syncs per step, by phase",
      "Mean host-device synchronisations per step in each phase.",
      lambda w, c: _plot_syncs(w, c["profile"] if c.get("profile") is not None else c["steps"])),

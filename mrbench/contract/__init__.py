@@ -16,6 +16,7 @@ from .session import (
     AuditSample,
     Completion,
     EngineOptions,
+    FrozenArgs,
     Sampling,
     Session,
     Step,
@@ -25,7 +26,7 @@ from .workload import Driver, Outcome, Workload, WorkloadBase
 
 __all__ = [
     "BadInput", "DATA_DIR_ENV", "check_rows", "data_dir", "Batch", "SideFailure", "SideResult",
-    "AuditSample", "Completion", "EngineOptions", "Sampling", "Session", "Step",
+    "AuditSample", "Completion", "EngineOptions", "FrozenArgs", "Sampling", "Session", "Step",
     "TimedPrompt",
     "Driver", "Outcome", "Workload", "WorkloadBase",
 ]

@@ -5,8 +5,32 @@ sessions only through this interface, so one workload runs unchanged on every ta
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
+
+
+class FrozenArgs(dict):
+    """Engine arguments by the engine's own names (vLLM's `EngineArgs`), read-only.
+
+    A dict, so that it is JSON and a manifest's `asdict` as it stands; hashable (by its
+    canonical JSON), so that the frozen dataclasses holding it (`EngineOptions`, a side)
+    stay hashable even where a value is itself a mapping."""
+
+    def __hash__(self) -> int:                  # type: ignore[override]
+        return hash(json.dumps(self, sort_keys=True, default=str))
+
+    def _read_only(self, *a: Any, **k: Any) -> NoReturn:
+        raise TypeError("engine arguments are read-only (build a new FrozenArgs)")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only          # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return (FrozenArgs, (dict(self),))      # pickled to engine processes
+
+    def __repr__(self) -> str:
+        return f"FrozenArgs({dict.__repr__(self)})"
 
 
 @dataclass(frozen=True)
@@ -23,6 +47,8 @@ class EngineOptions:
     state_audit: bool = False            # bundled only: poison freed slots, audit each step
     gpu_memory_share: float | None = None   # fraction of the GPU this engine may take (set by
                                             # the orchestrator: every resident engine shares it)
+    engine_args: FrozenArgs = FrozenArgs()  # the suite's `engine_args` for this entry (set by
+                                            # the orchestrator, never by a workload)
 
 
 @dataclass

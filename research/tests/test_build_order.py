@@ -4,14 +4,17 @@ import importlib.util
 import json
 from pathlib import Path
 
+from mrbench.harness.record.run_record import RunVerdict, Verdict
+
 
 def _summary(faults, flags, delta=0.0):
     """A run of gpu-quick's gsm8k entry (as tests/unit/test_power_aggregate.py writes one): `flags` names the latency metrics it flagged."""
     checks = [dict(workload="gsm8k", metric=m, delta=delta, ci=[delta - 0.02, delta + 0.02],
                    p_value=0.5, threshold="+3% and significant",
-                   verdict="regression" if m in flags else "pass")
+                   verdict=Verdict.REGRESSION if m in flags else Verdict.PASS)
               for m in ("median_step_ms", "p99_step_ms")]
-    return dict(verdict="regression" if flags else "pass", suite="gpu-quick.gsm8k",
+    return dict(verdict=RunVerdict.REGRESSION if flags else RunVerdict.PASS,
+                suite="gpu-quick.gsm8k",
                 target="bundled", baseline="v2", candidate="v2", candidate_faults=faults,
                 checks=checks, failures=[], wall_s=70.0)
 

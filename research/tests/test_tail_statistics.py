@@ -29,7 +29,8 @@ def _run(path: Path, slow: float, faults: list[str], seed: int,
                 rows.append(row)
     path.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(path / "steps.csv", index=False)
-    (path / "summary.json").write_text(json.dumps(dict(candidate_faults=faults)))
+    (path / "summary.json").write_text(json.dumps(dict(verdict="pass", checks=[],
+                                                       candidate_faults=faults)))
     (path / "manifest.json").write_text(json.dumps(dict(results_format=1)))
     return path
 
@@ -97,7 +98,8 @@ def test_the_decode_rows_see_through_a_wave_prefills(tmp_path):
     run = tmp_path / "prefills"
     run.mkdir()
     pd.DataFrame(rows).to_csv(run / "steps.csv", index=False)
-    (run / "summary.json").write_text(json.dumps(dict(candidate_faults=["slow-step:30"])))
+    (run / "summary.json").write_text(json.dumps(dict(verdict="pass", checks=[],
+                                                      candidate_faults=["slow-step:30"])))
     (run / "manifest.json").write_text(json.dumps(dict(results_format=1)))
     res = tail_statistics.judge_run(run, 0.05, 0.05)
     assert res["wave P99 (Harrell-Davis)"][1] is True

@@ -9,6 +9,7 @@ import pytest
 from mrbench.contract import BadInput
 from mrbench.harness.checks.regate import first_waves
 from mrbench.harness.cli import main
+from mrbench.harness.record.run_record import RunVerdict
 
 pytestmark = pytest.mark.slow
 
@@ -37,18 +38,19 @@ def test_a_run_re_judged_on_its_first_waves(tmp_path, capsys):
                                     # makes the latency checks "not measured")
     recorded = json.loads((run / "summary.json").read_text())
     # all eight waves: the run's own checks, every one
-    again = first_waves(run, 8)
+    again = first_waves(run, 8).to_json_dict()       # as summary.json would hold it
     assert _judged(again["checks"]) == _judged(recorded["checks"])
     assert again["candidate_faults"] == ["slow-step:200"] and again["waves"] == 8
     # six waves (the fewest a median is judged on): judged on those alone
-    six = {c["metric"]: c for c in first_waves(run, 6)["checks"]}
+    six = {c["metric"]: c for c in first_waves(run, 6).to_json_dict()["checks"]}
     step = six["median_step_ms"]
     assert "over 6 ABBA waves" in step["method"] and step["delta"] > 0.5   # the ruler, +200 %
     assert step["delta"] != _judged(recorded["checks"])["median_step_ms"][0]
     with pytest.raises(BadInput, match="ran 8 waves .* fewer than 9"):
         first_waves(run, 9)
     # the power study's read-back takes --waves, and judges each run's verdict anew
-    assert first_waves(run, 6)["verdict"] in ("pass", "regression", "error")
+    assert first_waves(run, 6).verdict in (RunVerdict.PASS, RunVerdict.REGRESSION,
+                                           RunVerdict.ERROR)
     capsys.readouterr()
     assert main(["power", "tiny-waves", "--from-runs", str(tmp_path), "--waves", "6"]) == 2
     assert "tiny-waves" in capsys.readouterr().err                   # not a suite

@@ -11,6 +11,7 @@ from scipy.stats import norm
 
 from mrbench.harness.campaigns.campaign import aggregate_calibration, aggregate_power
 from mrbench.harness.checks import stats_across_runs
+from mrbench.harness.record.run_record import RunSummary
 from mrbench.harness.record.suite import load_suite
 from mrbench.harness.show.formatting import fmt_exceedance
 
@@ -46,9 +47,9 @@ def _summary(delta, faults=(), metric="p99_step_ms"):
     checks = [dict(workload="gsm8k", metric=metric, delta=delta,
                    ci=[delta - 0.03, delta + 0.03], p_value=0.5,
                    threshold="+5% and significant", verdict="pass")]
-    return dict(verdict="pass", suite="gpu-quick.gsm8k", target="bundled", baseline="v2",
-                candidate="v2", candidate_faults=list(faults), checks=checks, failures=[],
-                wall_s=70.0)
+    return RunSummary.build(checks, [], suite="gpu-quick.gsm8k", target="bundled",
+                            baseline="v2", candidate="v2", candidate_faults=list(faults),
+                            wall_s=70.0)
 
 
 def test_calibrate_and_power_bound_each_latency_checks_rate(tmp_path):

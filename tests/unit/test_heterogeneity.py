@@ -10,6 +10,7 @@ import pytest
 
 from mrbench.harness.campaigns.campaign import aggregate_calibration, aggregate_power
 from mrbench.harness.checks import stats_across_runs
+from mrbench.harness.record.run_record import RunSummary
 from mrbench.harness.record.suite import load_suite
 from mrbench.harness.show.formatting import fmt_heterogeneity
 
@@ -46,9 +47,9 @@ def _summary(delta, half_width, faults=()):
     checks = [dict(workload="gsm8k", metric="median_step_ms", delta=delta,
                    ci=[delta - half_width, delta + half_width], p_value=0.5,
                    threshold="+3% and significant", verdict="pass")]
-    return dict(verdict="pass", suite="gpu-quick.gsm8k", target="bundled", baseline="v2",
-                candidate="v2", candidate_faults=list(faults), checks=checks, failures=[],
-                wall_s=70.0)
+    return RunSummary.build(checks, [], suite="gpu-quick.gsm8k", target="bundled",
+                            baseline="v2", candidate="v2", candidate_faults=list(faults),
+                            wall_s=70.0)
 
 
 def test_calibrate_and_power_report_it_per_latency_check():

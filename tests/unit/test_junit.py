@@ -8,6 +8,7 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 from mrbench.harness.cli import main
+from mrbench.harness.record.run_record import RunSummary
 from mrbench.harness.show.junit import write_junit
 
 
@@ -40,7 +41,7 @@ def _cases(path):
 
 
 def test_each_check_is_a_case_and_its_verdict_its_result(tmp_path):
-    path = write_junit(SUMMARY, tmp_path / "junit.xml")
+    path = write_junit(RunSummary.model_validate(SUMMARY), tmp_path / "junit.xml")
     xml, cases = _cases(path)
     assert len(cases) == len(SUMMARY["checks"]) + 2
     kinds = {k: v[0] for k, v in cases.items()}

@@ -144,7 +144,7 @@ def test_phases_that_never_ran_make_the_count_checks_not_measured_errors():
     assert why.startswith("not measured") and "forward" in why and "model()" in why
     c = sync_check("w", _side(_rows()), dead, th)
     assert c.verdict == "error" and c.note.startswith("not measured")
-    assert overall_verdict([c.to_dict()], []) == ("error", 3)
+    assert overall_verdict([c], []) == ("error", 3)
     ok = sync_check("w", _side(_rows()), _side(_rows()), th)
     assert ok.verdict == "pass" and ok.candidate == 0       # zero, measured
     assert sync_check("w", _side(_rows()), _side(_rows(syncs=1)), th).verdict == "regression"
@@ -173,7 +173,7 @@ def test_vllms_sync_checker_warnings_gate_the_candidate():
 
 
 def test_error_checks_fail_the_run_but_info_does_not():
-    info = Check("w", "m", "", None, None, None, None, None, "-", "-", "info").to_dict()
+    info = Check("w", "m", "", None, None, None, None, None, "-", "-", "info")
     assert overall_verdict([info], []) == ("pass", 0)
 
 

@@ -9,7 +9,8 @@ import pytest
 from mrbench.contract import BadInput
 from mrbench.harness.campaigns.campaign import aggregate_power, ruler_pct
 from mrbench.harness.cli import main
-from mrbench.harness.record.results import read_campaign
+from mrbench.harness.record.results import RESULTS_FORMAT, read_campaign
+from mrbench.harness.record.run_record import RunSummary, Verdict
 from mrbench.harness.record.suite import load_suite
 
 SUITE = load_suite("gpu-quick:gsm8k")
@@ -19,11 +20,11 @@ def _summary(faults, flags, delta=0.0):
     """A run of gpu-quick's gsm8k entry: `flags` names the latency metrics it flagged."""
     checks = [dict(workload="gsm8k", metric=m, delta=delta, ci=[delta - 0.02, delta + 0.02],
                    p_value=0.5, threshold="+3% and significant",
-                   verdict="regression" if m in flags else "pass")
+                   verdict=Verdict.REGRESSION if m in flags else Verdict.PASS)
               for m in ("median_step_ms", "p99_step_ms")]
-    return dict(verdict="regression" if flags else "pass", suite="gpu-quick.gsm8k",
-                target="bundled", baseline="v2", candidate="v2", candidate_faults=faults,
-                checks=checks, failures=[], wall_s=70.0)
+    return RunSummary.build(checks, [], suite="gpu-quick.gsm8k", target="bundled",
+                            baseline="v2", candidate="v2", candidate_faults=faults,
+                            wall_s=70.0)
 
 
 def _runs():
@@ -62,7 +63,7 @@ def test_a_setting_without_runs_is_not_measured_and_other_faults_are_refused():
     assert ruler_pct(_summary([], [])) is None
     with pytest.raises(BadInput, match="neither clean"):
         aggregate_power(SUITE, [(_summary(["seq-lens-sync"], []), 0)])
-    other = dict(_summary([], []), target="vllm")
+    other = _summary([], []).model_copy(update=dict(target="vllm"))
     with pytest.raises(BadInput, match="different comparisons"):
         aggregate_power(SUITE, _runs() + [(other, 0)])
 
@@ -72,7 +73,7 @@ def _write_runs(root: Path, place) -> None:
     for i, (s, _) in enumerate(_runs()):
         d = root / place(i, s) / f"r{i:02d}"
         d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps(s))
+        (d / "summary.json").write_text(json.dumps(s.to_json_dict()))
 
 
 def test_power_reads_back_the_pieces_of_a_study_from_several_directories(tmp_path, capsys):
@@ -89,7 +90,7 @@ def test_power_reads_back_the_pieces_of_a_study_from_several_directories(tmp_pat
     res = read_campaign(out, "power.json")       # a campaign's result, format checked
     assert res["runs_per_plan"]["10"] == 3 and res["read_back"]["waves"] is None
     in_read_order = _runs()[1::2] + _runs()[::2]         # lease1's runs, then lease2's
-    assert res == dict(aggregate_power(SUITE, in_read_order), results_format=1,
+    assert res == dict(aggregate_power(SUITE, in_read_order), results_format=RESULTS_FORMAT,
                        read_back=dict(dirs=pieces, waves=None))
     assert 'id="estimates"' in (out / "report.html").read_text()
     for png in ("power-curve.png", "estimates.png"):
@@ -117,7 +118,8 @@ def test_power_read_back_refuses_bad_input_in_one_line_writing_nothing(
     (tmp_path / "empty").mkdir()
     other = tmp_path / "other" / "r"
     other.mkdir(parents=True)
-    (other / "summary.json").write_text(json.dumps(dict(_summary([], []), target="vllm")))
+    (other / "summary.json").write_text(json.dumps(
+        _summary([], []).model_copy(update=dict(target="vllm")).to_json_dict()))
     before = sorted(tmp_path.rglob("*"))
     out = tmp_path / "out"
     argv = ["power", *(x.format(tmp=tmp_path) for x in args), "--out", str(out)]
@@ -131,7 +133,7 @@ def test_calibrate_read_back_takes_a_power_studys_clean_runs_and_refuses_its_rul
         tmp_path, capsys):
     """`mrbench calibrate --from-runs`: A/A runs only (a power study's clean runs are
     that), the command's table and exit code: 1 when a rate is above --max-rate."""
-    _write_runs(tmp_path, lambda i, s: "ruler" if s["candidate_faults"] else "clean")
+    _write_runs(tmp_path, lambda i, s: "ruler" if s.candidate_faults else "clean")
     clean = str(tmp_path / "clean")
     # one clean run of five flagged P99: 20 % > the default --max-rate 0.10
     assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", clean]) == 1
@@ -159,8 +161,8 @@ def test_the_rulers_own_account_is_set_beside_what_moved():
     runs = []
     for i, added in enumerate((7.4, 7.6, 7.9)):
         s = _summary(["slow-step:7.6"], [], 0.02)
-        s["metrics"] = {"gsm8k": {"candidate": {"ruler_added_pct": added},
-                                  "baseline": {"median_step_ms": 0.4}}}
+        s.metrics = {"gsm8k": {"candidate": {"ruler_added_pct": added},
+                               "baseline": {"median_step_ms": 0.4}}}
         runs.append((s, 0))
     runs.append((_summary([], []), 0))                # a clean run, no metrics at all
     res = aggregate_power(SUITE, runs)

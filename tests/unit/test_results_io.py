@@ -15,9 +15,11 @@ from mrbench.harness.record.results import (
     RunWriter,
     check_format,
     load_side,
+    read_record,
     read_run,
     read_table,
 )
+from mrbench.harness.record.run_record import Manifest, RunSummary, RunVerdict
 from mrbench.harness.show import report as report_mod
 from mrbench.harness.show.report import render_report
 
@@ -59,11 +61,11 @@ def _set_format(run: Path, fmt) -> None:
 # ---- the format version ------------------------------------------------------------------
 
 def test_commit_stamps_the_format_and_renders_nothing(tmp_path):
-    manifest = {"note": "caller's dict"}
-    path = RunWriter(tmp_path / "r").commit(manifest, {"verdict": "pass", "checks": []})
+    manifest = Manifest(note="caller's manifest")
+    path = RunWriter(tmp_path / "r").commit(manifest, RunSummary.build([]))
     assert path == tmp_path / "r"
     assert json.loads((path / "manifest.json").read_text())["results_format"] == RESULTS_FORMAT
-    assert "results_format" not in manifest              # the caller's dict is not changed
+    assert manifest.results_format == 1                  # the caller's model is not changed
     assert not (path / "report.html").exists()           # storage does not render
     assert [p.name for p in tmp_path.iterdir()] == ["r"]   # no hidden temp left
 
@@ -89,8 +91,8 @@ def test_a_newer_format_is_refused_in_one_line(imported, tmp_path, capsys):
 
 def test_a_run_without_the_field_is_format_1(imported, tmp_path, capsys):
     _set_format(imported, None)                  # a run written before the field existed
-    manifest, summary = read_run(imported)
-    assert "results_format" not in manifest and summary["verdict"] == "imported"
+    manifest, summary = read_record(imported)
+    assert manifest.results_format == 1 and summary.verdict == RunVerdict.IMPORTED
     assert read_table(imported, "requests") is not None
     code, _, err = run_cli(["report", imported], capsys)
     assert code == 0, err
@@ -137,9 +139,8 @@ def _numeric_named_run(d: Path) -> Path:
                              output_tokens=3 + i) for i in range(n)]
         res.tokens = [[1, 2, 3] for _ in range(n)]
         w.add_side(WL, side, res)
-    return w.commit({"workloads": {WL: {"entry": WL}}, "suite": {}},
-                    {"verdict": "pass", "suite": "numeric", "checks": [], "failures": [],
-                     "metrics": {}})
+    return w.commit(Manifest(workloads={WL: {"entry": WL}}, suite={}),
+                    RunSummary.build([], suite="numeric"))
 
 
 def test_compare_and_report_read_the_same_rows_of_a_numeric_looking_workload(tmp_path,

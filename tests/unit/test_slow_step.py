@@ -176,10 +176,10 @@ def test_a_runs_printout_gives_the_rulers_own_account(capsys, tmp_path):
     """`mrbench run --fault slow-step:PCT` prints what the ruler added beside the table,
     so a ruler that hid (added 7.6 %, the median step moved 2 %) is seen in the run."""
     from mrbench.harness.commands.common import print_summary
-    summary = dict(checks=[], failures=[], verdict="pass",
-                   metrics={"gsm8k": {"candidate": {"ruler_added_pct": 7.58},
-                                      "baseline": {}}})
+    from mrbench.harness.record.run_record import RunSummary
+    summary = RunSummary.build([], metrics={"gsm8k": {"candidate": {"ruler_added_pct": 7.58},
+                                                      "baseline": {}}})
     print_summary(summary, tmp_path, as_json=False)
     assert "ruler gsm8k: the candidate's slow-step busy work added +7.6 %" in capsys.readouterr().out
-    print_summary(dict(summary, metrics={"gsm8k": {"candidate": {}}}), tmp_path, False)
+    print_summary(RunSummary.build([], metrics={"gsm8k": {"candidate": {}}}), tmp_path, False)
     assert "ruler" not in capsys.readouterr().out

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from mrbench.contract import BadInput, EngineOptions, Session
+from mrbench.contract import BadInput, EngineOptions, FrozenArgs, Session
 
 from ..builds import label as build_label
 
@@ -26,6 +26,14 @@ class SideSpec:
     seed: int = 0
     build: str | None = None             # its own Python environment (harness.builds); None =
                                          # the harness's own
+    engine_args: FrozenArgs = FrozenArgs()   # `--engine-arg`: the engine's own arguments, on
+                                             # top of a suite's (harness.run.engine_args)
+
+
+def engine_args_of(side: SideSpec, options: EngineOptions) -> FrozenArgs:
+    """The engine arguments one engine of `side` gets for a shape: the suite's (in
+    `options`, an entry's over the suite's) with the command line's (`side`) on top."""
+    return FrozenArgs({**options.engine_args, **side.engine_args})
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,11 @@ class Target(Protocol):
     def footprint(self, side: SideSpec, options: EngineOptions) -> Footprint | None:
         """One instance's least memory, for planning residency; None: unknown (each engine
         shape is then resident alone)."""
+
+    def check_engine_args(self, side: SideSpec, args: FrozenArgs) -> None:
+        """Raise BadInput (one line) for an engine argument (`--engine-arg`, a suite's
+        `engine_args`) this target's engine does not take, before any engine starts. A
+        target without this method takes none (harness.run.engine_args refuses them)."""
 
 
 class Unsupported(Exception):

@@ -35,6 +35,11 @@ Faults: `--fault NAME` puts a historic MRv2 bug back into V2 (source patches,
 harness/run/targets/vllm_faults.py); `--fault slow-step:PCT` is the latency ruler `mrbench power`
 uses, on either runner (harness/run/targets/vllm_ruler.py).
 
+Engine arguments: vLLM's own `LLM(...)` arguments by vLLM's names (`--engine-arg NAME=VALUE`,
+a suite's `engine_args`) go on top of the harness's, are checked against the side's vLLM's
+EngineArgs before any engine starts (vllm_engine_args), are part of the engine key, and are
+recorded with what the engine made of them (`resolved[...]["engine"]`).
+
 Not supported here, said before any engine starts (`unsupported`): warmup coverage on CPU
 (vLLM's CPU build dispatches no CUDA-graph classes), and speculative methods the runner
 refuses (vLLM 0.26's V2 speculates only with eagle, eagle3, mtp, dflash and dspark). A
@@ -53,6 +58,7 @@ import torch
 from mrbench.contract import (
     BadInput,
     EngineOptions,
+    FrozenArgs,
 )
 from mrbench.runner_impl.default_model import (
     DEFAULT_EAGLE_DIR,
@@ -61,7 +67,7 @@ from mrbench.runner_impl.default_model import (
 )
 
 from .. import builds
-from . import vllm_faults, vllm_ruler
+from . import vllm_engine_args, vllm_faults, vllm_ruler
 from .base import Footprint, SideSpec, register
 from .vllm_args import (
     ENGINE_HOST_BYTES,
@@ -142,6 +148,12 @@ class VllmTarget:
         return VllmSession(side, options, self._model_dir(side), self.context_len(side),
                            sync_check_mode())
 
+    def check_engine_args(self, side: SideSpec, args: FrozenArgs) -> None:
+        """Against the EngineArgs of the vLLM `side` will run (vllm_engine_args says how and
+        why there); mrbench's own arguments are refused before vLLM is asked."""
+        vllm_engine_args.check_owned(args)
+        vllm_engine_args.check(args, *vllm_engine_args.field_specs(side))
+
     def unsupported(self, side: SideSpec, options: EngineOptions,
                     needs: frozenset[str] = frozenset()) -> str | None:
         return unsupported_reason(side, options, needs)
@@ -166,7 +178,11 @@ class VllmTarget:
                          host=ENGINE_HOST_BYTES)
 
     def context_len(self, side: SideSpec) -> int:
+        """The model's context, or the side's `--engine-arg max_model_len` where given (the
+        engine then takes no longer prompt)."""
         cfg = self._model_config(side)[1]
+        if isinstance(side.engine_args.get("max_model_len"), int):
+            return int(side.engine_args["max_model_len"])
         return int(cfg.get("max_position_embeddings") or cfg.get("max_seq_len") or 2048)
 
     def info(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from mrbench.runner_impl.default_model import (
     DEFAULT_MODEL_DIR,
 )
 
-from .base import SideSpec, Unsupported
+from .base import SideSpec, Unsupported, engine_args_of
+from .vllm_engine_args import check_owned
 
 DEFAULT_GPU_SHARE = 0.85
 PD_ENGINES = 2                   # a PD side: its prefill and its decode engine
@@ -91,7 +93,10 @@ def engine_env(side: SideSpec, sync_check: str | None = None) -> dict[str, str]:
 
 def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len: int
                ) -> dict[str, Any]:
-    """`vllm.LLM(...)` arguments for one side: the workload's engine shape, nothing tuned."""
+    """`vllm.LLM(...)` arguments for one side: the workload's engine shape, then the user's
+    engine arguments (a suite's `engine_args`, `--engine-arg` on top), which win over the
+    harness's defaults (max_model_len, dtype, block_size, max_num_batched_tokens, ...); the
+    arguments mrbench owns are refused (vllm_engine_args.OWNED)."""
     dtype = options.dtype
     if dtype == "auto" and side.device == "cpu":
         dtype = "float32"                  # what the bundled runner uses on CPU: parity
@@ -124,6 +129,9 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
         else:
             kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
                                             model=options.draft_model or model)
+    user = engine_args_of(side, options)
+    check_owned(user)
+    kw.update(user)
     return kw
 
 
@@ -157,9 +165,17 @@ def dtype_bytes(options: EngineOptions, config: dict, device: str) -> int:
 def min_kv_bytes(side: SideSpec, options: EngineOptions, config: dict, max_model_len: int
                  ) -> int:
     """The KV cache that holds every slot at the full context: the least one instance of
-    this shape is planned with, so that no planned share makes the scheduler preempt."""
-    per = kv_bytes_per_token(config, dtype_bytes(options, config, side.device))
-    return options.max_num_seqs * max_model_len * per
+    this shape is planned with, so that no planned share makes the scheduler preempt. The
+    user's engine arguments count: max_model_len, dtype, an fp8 kv_cache_dtype."""
+    args = engine_args_of(side, options)
+    kv = str(args.get("kv_cache_dtype") or "auto")
+    if kv == "auto":
+        size = dtype_bytes(replace(options, dtype=str(args.get("dtype") or options.dtype)),
+                           config, side.device)
+    else:
+        size = 1 if "8" in kv else 4 if "32" in kv else 2
+    per = kv_bytes_per_token(config, size)
+    return options.max_num_seqs * int(args.get("max_model_len") or max_model_len) * per
 
 
 MIN_KV_CACHE_BYTES = 1 << 28
@@ -262,8 +278,9 @@ def vllm_kv_connector() -> Any:
 
 def engine_key(side: SideSpec, options: EngineOptions, model: str,
                max_model_len: int | None = None) -> str:
-    """What makes two vLLM engines the same: the `LLM(...)` arguments and the pinned
-    environment. Workloads whose shapes give the same key share one engine."""
+    """What makes two vLLM engines the same: the `LLM(...)` arguments (the user's engine
+    arguments among them) and the pinned environment. Workloads whose shapes give the same
+    key share one engine."""
     kw = llm_kwargs(side, options, model, max_model_len or 0)
     return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode()),
                            faults=list(side.faults), pd=options.pd_disagg),

@@ -28,8 +28,8 @@ from mrbench.contract import (
 from mrbench.runner_impl.thread_clock import thread_clock
 
 from ...measure import phases
-from . import open_loop, vllm_dispatch, vllm_faults, vllm_ruler
-from .base import SideSpec, Unsupported
+from . import open_loop, vllm_dispatch, vllm_engine_args, vllm_faults, vllm_ruler
+from .base import SideSpec, Unsupported, engine_args_of
 from .vllm_args import (
     PD_CONNECTOR,
     SAMPLERS,
@@ -395,6 +395,7 @@ class VllmSession:
         cfg = back.engine.vllm_config
         mc, sc = cfg.model_config, cfg.scheduler_config
         cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
+        user_args = engine_args_of(self.side, self.options)
         out = dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
                    else "v1", runner_class=back.runner_class(),
                    sync_free=self.side.runner == "v2",
@@ -426,6 +427,10 @@ class VllmSession:
                                speculative_method=self.options.speculative_method
                                if self.options.num_speculative_tokens else None,
                                pd_disagg=self.pd,
+                               # the user's, as given, and what the engine made of them
+                               engine_args=dict(user_args),
+                               engine_args_read_back=vllm_engine_args.read_back(
+                                   cfg, list(user_args)),
                                engine_key=engine_key(self.side, self.options, self.model)))
         if self.pd:
             out["pd"] = dict(

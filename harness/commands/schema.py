@@ -1,0 +1,30 @@
+"""`mrbench schema summary|manifest`: the JSON Schema of a run's summary.json or
+manifest.json, printed as JSON.
+
+Why a command: the schemas are generated from the run record's models
+(harness/record/run_record.py), so a tool that reads runs can validate against exactly what
+this mrbench writes and reads; docs/schema/ holds the output committed, and a unit test
+fails when the models and the committed files part.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..record.errors import EXIT_PASS
+from ..record.run_record import SCHEMAS, json_schema
+
+
+def schema_text(which: str) -> str:
+    """The schema as docs/schema/<which>.schema.json holds it (indented, newline-ended)."""
+    return json.dumps(json_schema(which), indent=2) + "\n"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("which", choices=sorted(SCHEMAS),
+                   help="summary (summary.json) or manifest (manifest.json)")
+
+
+def main(a: argparse.Namespace) -> int:
+    print(schema_text(a.which), end="")
+    return EXIT_PASS

