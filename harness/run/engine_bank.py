@@ -48,7 +48,7 @@ class Resident:
 
 @dataclass
 class BankSettings:
-    """The isolation settings the bank works under (orchestrate.Isolation, resolved)."""
+    """The isolation settings the bank works under (run_plan.Isolation, resolved)."""
 
     timeout_s: float
     in_process: bool = False
