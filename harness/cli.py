@@ -161,6 +161,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("runs", nargs="+", type=Path)
     rep.add_argument("--markdown", action="store_true",
                      help="print the verdict table (or a faults matrix) as Markdown instead")
+    rep.add_argument("--history", type=Path, metavar="DB",
+                     help="history database: a sparkline of each gated latency figure over "
+                          "the newest comparable runs in it")
 
     sc = sub.add_parser("schema", help="the JSON Schema of a run's summary.json or "
                                        "manifest.json (docs/schema/ holds them)")

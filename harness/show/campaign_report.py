@@ -1,6 +1,8 @@
 """report.html for a campaign directory: the fault catch matrix, or calibration's false-alarm
-table with the spread of no-change deltas. One self-contained file like a run's report;
-links point at the runs' own reports beside it."""
+table with the spread of no-change deltas, or a power study's curve and table. One
+self-contained file like a run's report; links point at the runs' own reports beside it.
+The matrix, the power curve or the false-alarm table comes first, right under the title and
+above the prose that explains it (campaign.html.j2): it is what the campaign was run for."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,7 +28,7 @@ def _matrix(res: dict) -> dict:
         rows.append(dict(name=name, status=status, good=good,
                          link=f"{r.get('dir', name)}/report.html",
                          hits=[c in hits for c in cols]))
-    return dict(columns=cols, rows=rows)
+    return dict(columns=cols, rows=rows, not_run=res.get("not_run") or {})
 
 
 def _calibration_plot(checks: dict) -> str | None:

@@ -8,6 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..checks.history_gate import SUFFIX as VS_HISTORY
+from ..record.metrics import LATENCY
+from ..record.run_record import BarKind, Check, DeltaKind, Verdict
+
 MISSING = "—"
 
 
@@ -134,3 +138,141 @@ def fmt_realized(res: dict) -> list[str]:
             + "moved " + ", ".join(f"{m.removesuffix('_ms')} {v:+.1f} %"
                                    for m, v in moved.items())
             for p, moved in res.get("realized_pct", {}).items()]
+
+
+# ---- checks as a reader sorts them: family, status, the figure against its bar ------------
+
+FAMILIES = ("correctness", "latency", "counts", "state", "coverage")
+OTHER = "other"             # a metric no family names (a newer check, an import's figure)
+# Each metric the check modules of harness/checks/ make, by the module that makes it.
+# spec.py's mean_acceptance_length is correctness: the bug it catches is a sampler that
+# rejects drafts it should accept (docs/checks.md, `strict-acceptance`), which changes no
+# token, so it is the one correctness check the tokens cannot make.
+_FAMILY_OF = {
+    **dict.fromkeys(("accuracy_strict", "token_agreement", "sampled_distribution",
+                     "cross_engine_parity", "mean_acceptance_length"), "correctness"),
+    **dict.fromkeys(("syncs_per_step", "sync_check_warnings", "ops_per_step",
+                     "allocs_per_step", "ops_vs_baseline", "ops_vs_reference"), "counts"),
+    "state_audit_violations": "state",
+    **dict.fromkeys(("unwarmed_dispatch", "chunked_prefill_coverage"), "coverage"),
+}
+
+
+def check_family(metric: str) -> str:
+    """The check family (FAMILIES) a metric belongs to, as harness/checks/ groups them: one
+    place, so the report's matrix and any other reader sort a check alike. Latency is every
+    gateable latency figure (record/metrics.py), its `_vs_history` check, and any other
+    `_ms` figure (an imported run's); what no family names is OTHER."""
+    if metric in _FAMILY_OF:
+        return _FAMILY_OF[metric]
+    base = metric.removesuffix(VS_HISTORY)
+    return "latency" if base in LATENCY or base.endswith("_ms") else OTHER
+
+
+NOT_MEASURED = "not measured"
+# worst first. A regression outranks an error within one cell: the cell then shows the
+# finding, and its count line still says there was an error (the run's verdict, which
+# ranks an error first, is the badge's)
+STATUSES = (str(Verdict.REGRESSION), str(Verdict.ERROR), NOT_MEASURED, str(Verdict.PASS),
+            str(Verdict.INFO))
+
+
+def check_status(c: Check) -> str:
+    """The check's verdict, except a reported check that says it measured nothing ("not
+    measured: ..."), which a reader must see beside the errors rather than among the
+    figures merely reported."""
+    if c.verdict == Verdict.INFO and c.note.startswith(NOT_MEASURED):
+        return NOT_MEASURED
+    return str(c.verdict)
+
+
+def relative_change(c: Check) -> tuple[float, tuple[float, float] | None] | None:
+    """The check's change as candidate / baseline - 1, with its CI in the same form, where
+    its delta is one: by `delta_kind`, or for a check written before it (UNKNOWN) where
+    the three numbers show it. None for a difference or a missing delta."""
+    d = as_float(c.delta)
+    if d is None:
+        return None
+    kind = c.delta_kind
+    if kind == DeltaKind.UNKNOWN:
+        b, k = as_float(c.baseline), as_float(c.candidate)
+        if not b or k is None:
+            return None
+        close = lambda x: math.isclose(x, k, rel_tol=1e-3, abs_tol=1e-9)  # noqa: E731
+        kind = (DeltaKind.RELATIVE if close(b * (1 + d)) else
+                DeltaKind.RATIO if close(b * d) else DeltaKind.UNKNOWN)
+    shift = {DeltaKind.RELATIVE: 0.0, DeltaKind.RATIO: -1.0}.get(kind)
+    if shift is None:
+        return None
+    lo, hi = (as_float(x) for x in (c.ci if isinstance(c.ci, list) and len(c.ci) == 2
+                                    else (None, None)))
+    return d + shift, None if lo is None or hi is None else (lo + shift, hi + shift)
+
+
+def relative_bar(c: Check) -> float | None:
+    """The bound of a relative bar as a signed change (+0.05: at most 5 % more), else None."""
+    if c.bar is None or c.bar.value is None:
+        return None
+    return {BarKind.MAX_RELATIVE_INCREASE: c.bar.value,
+            BarKind.MAX_RELATIVE_DECREASE: -c.bar.value}.get(c.bar.kind)
+
+
+def fmt_pct(x: float | None) -> str:
+    """A relative change as a signed percentage, two significant digits ('+6.1 %')."""
+    return MISSING if x is None else f"{fmt_num(100 * x, signed=True, sig=2)} %"
+
+
+def fmt_delta(c: Check) -> str:
+    """The check's change: a percentage where it is relative, else as the check gave it."""
+    rel = relative_change(c)
+    return fmt_pct(rel[0]) if rel else fmt_num(c.delta, signed=True)
+
+
+def fmt_delta_ci(c: Check) -> str:
+    """The change's CI, in the form `fmt_delta` gives the change."""
+    rel = relative_change(c)
+    if rel is None:
+        return fmt_ci(c.ci)
+    return MISSING if rel[1] is None else f"[{fmt_pct(rel[1][0])}, {fmt_pct(rel[1][1])}]"
+
+
+def figure_and_bar(c: Check) -> tuple[str, str | None]:
+    """(the figure that decides the check, its bar) from the structured bar, never the prose
+    threshold: ('+6.1 %', '+5 %'), ('-0.03', '-0.02'), ('0', '≤ 0'), ('p 0.003', 'p < 0.05');
+    the bar is None for a check not gated (or recorded before bars were), whose figure is
+    its change."""
+    kind = c.bar.kind if c.bar is not None else BarKind.NONE
+    v = fmt_num(c.bar.value) if c.bar is not None else MISSING
+    if kind in (BarKind.MAX_RELATIVE_INCREASE, BarKind.MAX_RELATIVE_DECREASE):
+        rel = relative_change(c)
+        return fmt_pct(rel[0] if rel else None), fmt_pct(relative_bar(c))
+    if kind in (BarKind.MAX_INCREASE, BarKind.MAX_DECREASE):
+        return fmt_num(c.delta, signed=True), ("+" if kind == BarKind.MAX_INCREASE else "-") + v
+    if kind in (BarKind.MAX_VALUE, BarKind.MIN_VALUE):
+        return fmt_num(c.candidate), ("≤ " if kind == BarKind.MAX_VALUE else "≥ ") + v
+    if kind == BarKind.SIGNIFICANCE:
+        alpha = MISSING if c.bar.alpha is None else f"{c.bar.alpha:g}"
+        return f"p {fmt_p(c.p_value)}", f"p < {alpha}"
+    return (fmt_delta(c) if c.delta is not None else fmt_num(c.candidate)), None
+
+
+def fmt_vs_bar(c: Check) -> str:
+    """The figure against its bar, as a matrix cell gives it: '+6.1 % / bar +5 %', '0 / bar
+    ≤ 0'; '+6.1 %, not gated' (or 'bar not recorded', for a run from before bars)."""
+    figure, bar = figure_and_bar(c)
+    if bar is not None:
+        return f"{figure} / bar {bar}"
+    return f"{figure}, {'not gated' if c.bar is not None else 'bar not recorded'}"
+
+
+def fmt_duration(seconds: Any) -> str:
+    """A run's wall time for people: '48 s', '2 min 5 s', '1 h 3 min'."""
+    s = as_float(seconds)
+    if s is None:
+        return MISSING
+    s = round(s)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"

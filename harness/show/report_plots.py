@@ -15,20 +15,34 @@ import pandas as pd
 
 from ..checks.stats import proportion_ci_wilson
 from ..record.run_record import Check, DeltaKind, Verdict
-from .formatting import as_float, fmt_ci, fmt_num, is_missing
+from .formatting import (
+    NOT_MEASURED,
+    as_float,
+    check_family,
+    check_status,
+    fmt_ci,
+    fmt_num,
+    is_missing,
+    relative_bar,
+    relative_change,
+)
 
-__all__ = ["PLOTS", "SIDES", "workload_rows"]
+__all__ = ["PLOTS", "SIDES", "STATUS_COLORS", "workload_rows"]
 
 
 SIDES = ("baseline", "candidate")
 SIDE_COLORS = {"baseline": "#4C72B0", "candidate": "#DD8452"}
 REGRESSION_COLOR = "#C44E52"
+# a check's status (formatting.check_status) as the report's CSS colours it
+STATUS_COLORS = {str(Verdict.REGRESSION): REGRESSION_COLOR, str(Verdict.ERROR): "#7D3C98",
+                 NOT_MEASURED: "#D68910", str(Verdict.PASS): "#2E8B57",
+                 str(Verdict.INFO): "#5D6D7E"}
 PHASES = ("prepare", "forward", "sample", "postprocess", "output")
 LATENCIES = (  # (title, source, column)
     ("TTFT", "requests", "ttft_ms"),
     ("TPOT", "requests", "tpot_ms"),
     ("ITL", "itl", "itl_ms"),
-    ("E2E", "requests", "e2e_ms"),
+    ("E2EL", "requests", "e2e_ms"),
 )
 MAX_ECDF_POINTS = 2000
 MAX_STEP_POINTS = 2000  # per line; longer step series are binned
@@ -198,6 +212,36 @@ def _plot_p99(workload: str, checks: list[Check]):
     return fig
 
 
+def _plot_distance_to_bar(workload: str, checks: list[Check]):
+    """Each latency check's relative change with its CI, against its own bar (a red tick
+    per row: the bars of a P99 and a median differ): how far from a verdict each figure
+    was, which a pass or a regression alone does not say."""
+    rows = [(c, rel) for c in checks if c.workload == workload
+            and check_family(c.metric) == "latency" and (rel := relative_change(c))]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(rows) + 1.1))
+    for i, (c, (est, ci)) in enumerate(rows):
+        y, color = len(rows) - 1 - i, STATUS_COLORS[check_status(c)]
+        if ci is not None:
+            ax.plot([100 * ci[0], 100 * ci[1]], [y, y], color=color, lw=2, alpha=0.7)
+        ax.plot([100 * est], [y], "o", color=color)
+        bar = relative_bar(c)
+        if bar is not None:
+            ax.plot([100 * bar] * 2, [y - 0.35, y + 0.35], color=REGRESSION_COLOR, lw=2.5)
+    ax.axvline(0, color="#999", lw=0.8)
+    ax.set_yticks(range(len(rows)), [c.metric + ("" if relative_bar(c) is not None
+                                                 else " (not gated)")
+                                     for c, _ in reversed(rows)], fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel("candidate vs baseline, % (dot: estimate, line: CI, red tick: the bar)",
+                  fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def _plot_syncs(workload: str, steps: pd.DataFrame | None):
     cols = [f"syncs_{p}" for p in PHASES]
     if steps is None or not any(c in steps.columns for c in cols):
@@ -337,7 +381,11 @@ def _plot_accuracy(workload: str, requests: pd.DataFrame | None):
 # builder(workload, ctx) -> Figure | None; ctx: the run's summary (a RunSummary) and its
 # tables (requests, itl, steps, profile; None where absent)
 PLOTS = (  # (key, title, caption, builder)
-    ("latency_cdf", "Latency CDFs (TTFT, TPOT, ITL, E2E)",
+    ("distance_to_bar", "Latency: distance to the bar",
+     "Each latency check's change (candidate vs baseline) with its CI, coloured by verdict, "
+     "against the check's own bar (red tick); a check without a relative change is left out.",
+     lambda w, c: _plot_distance_to_bar(w, c["summary"].checks)),
+    ("latency_cdf", "Latency CDFs (TTFT, TPOT, ITL, E2EL)",
      "Empirical CDFs per request (ITL: per inter-token gap); log x-axis when the range "
      "spans more than 100x.",
      lambda w, c: _plot_latency_cdfs(w, c)),

@@ -27,10 +27,11 @@ def _summary() -> dict:
             {"workload": w, "metric": "p99_ttft_ms", "unit": "ms", "baseline": 12.3456,
              "candidate": 12.9, "delta": 12.9 - 12.3456, "ci": [-0.2, 1.3], "p_value": 0.21,
              "threshold": "+5%", "method": "bootstrap", "verdict": "pass", "note": ""},
-            {"workload": w, "metric": "p99_e2e_ms", "unit": "ms", "baseline": 250.0,
+            {"workload": w, "metric": "p99_e2el_ms", "unit": "ms", "baseline": 250.0,
              "candidate": 300.0, "delta": 0.2, "ci": [0.12, 0.28], "p_value": 1e-6,
              "threshold": "+5%", "method": "bootstrap", "verdict": "regression",
-             "note": "slower <tail>"},
+             "note": "slower <tail>", "delta_kind": "relative",
+             "bar": {"kind": "max_relative_increase", "value": 0.05, "alpha": 0.05}},
             {"workload": w, "metric": "accuracy_strict", "unit": "", "baseline": 0.98,
              "candidate": None, "delta": None, "ci": None, "p_value": None,
              "threshold": "-2pp", "method": "wilson", "verdict": "info", "note": ""},
@@ -173,23 +174,31 @@ def test_full_report(tmp_path):
     assert out.stat().st_size < 2_000_000
 
     pngs = assert_self_contained(html, s)
-    # 5 plots per workload: latency CDFs, p99, syncs, step duration, accuracy
-    assert len(pngs) == 5 * len(WORKLOADS)
+    # 6 plots per workload: distance to the bar, latency CDFs, p99, syncs, step duration,
+    # accuracy
+    assert len(pngs) == 6 * len(WORKLOADS)
     for data in pngs:
         assert_png_readable(data)
 
-    # order: badge, verdict table, then images, then manifest
+    # order: badge, matrix, the regressions, then the folded details with their images,
+    # then the manifest
     badge = first_index(s, lambda ev: ev[1].get("id") == "verdict-badge")
-    table = first_index(s, lambda ev: ev[1].get("id") == "verdict-table")
+    matrix = first_index(s, lambda ev: ev[1].get("id") == "matrix")
+    attention = first_index(s, lambda ev: ev[1].get("id") == "attention")
+    details = first_index(s, lambda ev: ev[0] == "details")
     img = first_index(s, lambda ev: ev[0] == "img")
     manifest = first_index(s, lambda ev: ev[1].get("id") == "manifest")
-    assert badge < table < img < manifest
+    assert badge < matrix < attention < details < img < manifest
     assert "regression" in s.events[badge][1]["class"].split()
+    assert "open" not in s.events[details][1]                  # folded by default
 
-    # one row per check, regression rows flagged
-    rows = [ev for ev in s.events[table:img] if ev[0] == "tr" and "class" in ev[1]]
+    # one detail row per check, regression rows flagged; the regressions listed first
+    # link to theirs
+    rows = [ev for ev in s.events if ev[0] == "tr" and ev[1].get("id", "").startswith("check-")]
     assert len(rows) == len(_summary()["checks"])
     assert sum("regression" in ev[1]["class"].split() for ev in rows) == len(WORKLOADS)
+    links = [ev[1]["href"] for ev in s.events[attention:details] if ev[0] == "a"]
+    assert links == [f"#check-{w}-p99_e2el_ms" for w in WORKLOADS]
 
     text = "".join(s.text)
     # escaping: the failure's error string is text, never markup
@@ -204,6 +213,8 @@ def test_full_report(tmp_path):
     assert "—" in text and "12.35" in text and "123,457" in text and "<1e-4" in text
     for w in WORKLOADS:
         assert w in text
+    # the regression's cell: its figure against its structured bar; a relative change in %
+    assert "+20 % / bar +5 %" in text and "CI [+12 %, +28 %]" in text
 
 
 def test_out_path_and_overwrite(tmp_path):
@@ -221,9 +232,9 @@ def test_missing_and_empty_inputs(tmp_path):
     run = make_run_dir(tmp_path / "a", steps_csv=False, itl_csv=False, requests_csv="header")
     html, s = scan(render_report(run))
     assert_self_contained(html, s)
-    assert any(ev[1].get("id") == "verdict-table" for ev in s.events)
+    assert any(ev[1].get("id") == "matrix" for ev in s.events)
     imgs = [ev for ev in s.events if ev[0] == "img"]
-    assert len(imgs) == len(WORKLOADS)  # only the p99 plot, from summary.json
+    assert len(imgs) == 2 * len(WORKLOADS)  # distance to the bar and p99, from summary.json
     assert "no data" in "".join(s.text)
 
     # requests.csv of zero bytes, steps.csv without sync columns, requests without scores
@@ -245,7 +256,7 @@ def test_nothing_but_an_empty_dir(tmp_path):
     assert_self_contained(html, s)
     badge = next(ev for ev in s.events if ev[1].get("id") == "verdict-badge")
     assert "error" in badge[1]["class"].split()
-    assert any(ev[1].get("id") == "verdict-table" for ev in s.events)
+    assert any(ev[1].get("id") == "matrix" for ev in s.events)
     assert "manifest.json not found" in "".join(s.text)
 
 
