@@ -4,9 +4,8 @@
 matrix says which checks flagged each fault. `calibrate`: the suite N times with the same
 runner on both sides (or a clean candidate, to measure a cross-runner gap); every
 regression verdict there is a false alarm, and the rate per check is what a threshold is
-judged by. Both write one directory: the runs under it, plus faults.json or
-calibration.json, renamed into place only when complete. Nothing here renders: the command
-writes the runs' and the campaign's report.html once the directory is in its place.
+judged by. Both write one directory (the runs, plus faults.json or calibration.json),
+renamed into place only when complete; the command renders the reports once it is there.
 """
 from __future__ import annotations
 
@@ -109,8 +108,10 @@ def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]],
 
 def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str],
                  overrides: Overrides, out: Path, log=None,
-                 isolation: Isolation | None = None) -> tuple[dict, Path]:
-    """{"clean": {verdict, false_alarms, flagged, exit}, "faults": {NAME: {caught, by, ...}}}."""
+                 isolation: Isolation | None = None,
+                 not_run: dict[str, str] | None = None) -> tuple[dict, Path]:
+    """{"clean": {verdict, false_alarms, flagged, exit}, "faults": {NAME: {caught, by, ...}},
+    "not_run": {NAME: why}}: `not_run`, the target's faults left out (nothing to catch)."""
     def body(camp: _Campaign) -> tuple[str, dict]:
         clean, code = camp.run("clean", suite, base, replace(cand, faults=()), overrides, log)
         result = dict(suite=suite.name, target=clean.target, baseline=clean.baseline,
@@ -118,7 +119,7 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
                       clean=dict(verdict=clean.verdict, false_alarms=len(flagged(clean)),
                                  flagged=flagged(clean), exit=code,
                                  failures=clean.to_json_dict()["failures"]),
-                      faults={})
+                      faults={}, not_run=dict(not_run or {}))
         for f in faults:
             d = run_dir_name(f)
             s, code = camp.run(d, suite, base, replace(cand, faults=(f,)), overrides, log)

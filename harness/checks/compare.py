@@ -24,7 +24,7 @@ from .counts import (
 )
 from .coverage import chunk_coverage_check, dispatch_check
 from .latency import latency_check
-from .sides import _not_gated, cross_engine, same_runner
+from .sides import RUNNERS_DIFFER, _not_gated, cross_engine, same_runner, vllm_runners_differ
 from .spec import spec_check
 from .state import audit_check
 
@@ -66,6 +66,8 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
             c.note = f"{c.note}; {why}" if c.note else why
     if cross:
         checks = [_not_gated(c, "cross-engine latency: reported, not gated") for c in checks]
+    elif vllm_runners_differ(base, cand):
+        checks = [_not_gated(c, RUNNERS_DIFFER) for c in checks]
     agree = parity_check(wl, base, cand, th) if cross else agreement_check(wl, base, cand, th)
     samplers = base.resolved.get("sampler"), cand.resolved.get("sampler")
     if agree is not None and is_sampled(cand) and samplers[0] != samplers[1]:

@@ -23,7 +23,15 @@ import numpy as np
 
 from ..record import history
 from ..record.metrics import LATENCY
-from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
+from ..record.run_record import (
+    NOT_GATED,
+    Bar,
+    BarKind,
+    Check,
+    DeltaKind,
+    Verdict,
+    judged_across_runs,
+)
 from ..record.suite import Thresholds
 from . import stats_across_runs
 
@@ -43,8 +51,9 @@ def history_checks(checks: list[Check], like: dict, db: Path,
     `like` is the run's history record (history.record_of)."""
     out = []
     for c in checks:
-        if c.metric not in LATENCY or c.verdict not in (Verdict.PASS, Verdict.REGRESSION) \
-                or c.delta is None:
+        judged = c.verdict in (Verdict.PASS, Verdict.REGRESSION) or \
+            judged_across_runs(c.verdict, c.note)
+        if c.metric not in LATENCY or not judged or c.delta is None:
             continue
         wl, metric = c.workload, c.metric
         th = thresholds_for(wl)

@@ -16,7 +16,7 @@ import numpy as np
 from mrbench.contract import SideResult
 
 from ..measure.canary import wave_disturbed
-from ..record.metrics import LATENCY, SUMMARY_FIELDS
+from ..record.metrics import LATENCY, PERCENTILES, SUMMARY_FIELDS
 from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from . import stats, stats_bootstrap
@@ -58,29 +58,60 @@ def ruler_added_pct(side: SideResult) -> float | None:
     return 100 * sum(a for a, _ in slowed) / sum(d - a for a, d in slowed)
 
 
+def _total(rows: list[dict], column: str) -> int | float:
+    """The sum of a token count `column` over `rows`; NaN where no row has it (an import
+    without per-request token counts): unknown, not zero."""
+    vals = [r[column] for r in rows if r.get(column) is not None]
+    return int(sum(vals)) if vals else math.nan
+
+
 def latency_summary(side: SideResult) -> dict[str, Any]:
-    """vLLM's field names: mean_ttft_ms, median_ttft_ms, p90_ttft_ms, p99_ttft_ms, ..."""
-    out: dict[str, float] = {}
+    """The side's figures, under `vllm bench serve`'s field names wherever vLLM reports the
+    same figure (record/metrics.py says why), then mrbench's own.
+
+    vLLM's, as its benchmark() computes them: duration (s: the side's timed span, the wall
+    time of its waves), completed and failed requests (failed: a row with an `error`, as an
+    import has; NaN without request rows), total_input_tokens and total_output_tokens (of
+    the completed requests), request_throughput, output_throughput and
+    total_token_throughput (per second of duration), and mean_/median_/std_/pNN_ X _ms for
+    X in ttft, tpot, itl and e2el, pNN over metrics.PERCENTILES (fixed: vLLM's default
+    P99, and P90). NaN (null in summary.json) where the side has no such data.
+
+    mrbench's own: the same statistics of the engine step (X = step) and of the queueing,
+    KV hand-off and prefill times where the engine reported them, distribution-free CIs of
+    the step percentiles, the slow-step ruler's share, the engine's counters and the
+    spec-decode figures (spec_summary)."""
+    ok = [r for r in side.requests if not r.get("error")]
+    done, failed = (len(ok), len(side.requests) - len(ok)) if side.requests else (math.nan,) * 2
+    duration = side.wall_s or math.nan
+    n_in, n_out = _total(ok, "prompt_tokens"), _total(ok, "output_tokens")
+    out: dict[str, Any] = dict(
+        duration=duration, completed=done, failed=failed,
+        total_input_tokens=n_in, total_output_tokens=n_out,
+        request_throughput=done / duration, output_throughput=n_out / duration,
+        total_token_throughput=(n_in + n_out) / duration)
     for name, (table, col) in SUMMARY_FIELDS.items():
-        s = stats.summarize_latency(_samples(side, table, col))
-        for stat in ("mean", "median", "p90", "p99"):
-            out[f"{stat}_{name}_ms"] = s[stat]
+        out.update(_statistics(name, _samples(side, table, col)))
     steps = _samples(side, "steps", "duration_ms")
     for q in (50, 90, 99):                      # distribution-free CIs of the step percentiles
         ci = stats.percentile_ci_order_statistic(steps, q, level=0.95)
         out[f"p{q}_step_ms_ci95"] = [ci.lo, ci.hi]
     for name in ("queue", "kv_handoff", "prefill"):
-        s = stats.summarize_latency(_samples(side, "requests", f"{name}_ms"))
-        if s["n"]:
-            out[f"mean_{name}_ms"], out[f"p99_{name}_ms"] = s["mean"], s["p99"]
+        x = _samples(side, "requests", f"{name}_ms")
+        if len(x):
+            out.update(_statistics(name, x))
     ruler = ruler_added_pct(side)
     if ruler is not None:
         out["ruler_added_pct"] = ruler
-    out["output_tokens"] = float(sum(r.get("output_tokens") or 0 for r in side.requests))
-    out["output_throughput"] = out["output_tokens"] / side.wall_s if side.wall_s else math.nan
     out.update(side.counters)
     out.update(spec_summary(side))
     return out
+
+
+def _statistics(name: str, samples: np.ndarray) -> dict[str, float]:
+    """mean_/median_/std_/pNN_ `name` _ms of `samples` (vLLM's process_one_metric)."""
+    s = stats.summarize_latency(samples, PERCENTILES)
+    return {f"{stat}_{name}_ms": v for stat, v in s.items() if stat not in ("max", "n")}
 
 
 MIN_WAVES = 6          # a one-sided signed-rank test at alpha 0.05 needs >= 5 blocks; 6 has room

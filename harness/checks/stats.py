@@ -18,7 +18,7 @@ Percentiles use numpy's default ``'linear'`` interpolation throughout; ``q`` is 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -446,16 +446,20 @@ def mean_diff_welch(a: ArrayLike, b: ArrayLike, level: float = 0.95
             TestResult(float(res.statistic), float(res.pvalue), method))
 
 
-def summarize_latency(samples_ms: ArrayLike) -> dict[str, float | int]:
-    """Descriptive latency summary: mean, median, p50, p90, p99, max (floats) and n (int).
+def summarize_latency(samples_ms: ArrayLike, percentiles: Sequence[float] = (50, 90, 99)
+                      ) -> dict[str, float | int]:
+    """Descriptive latency summary as `vllm bench serve` computes its figures: mean, median,
+    std (numpy's, ddof 0), one ``pNN`` per entry of ``percentiles`` (named as vLLM names
+    them: ``p99``, ``p99.9``) and max (floats), and n (int).
 
     NaNs (failed requests) are dropped and not counted in n; empty input gives NaNs, n = 0.
     Percentiles use the same 'linear' definition as :func:`percentile`.
     """
     x = _as_1d_float(samples_ms, "samples_ms")
+    keys = [f"p{q:g}" for q in percentiles]
     if x.size == 0:
-        return {"mean": _NAN, "median": _NAN, "p50": _NAN, "p90": _NAN, "p99": _NAN,
-                "max": _NAN, "n": 0}
-    p50, p90, p99 = (float(v) for v in np.percentile(x, [50.0, 90.0, 99.0]))
-    return {"mean": float(np.mean(x)), "median": p50, "p50": p50, "p90": p90, "p99": p99,
-            "max": float(np.max(x)), "n": int(x.size)}
+        return {**dict.fromkeys(["mean", "median", "std", *keys, "max"], _NAN), "n": 0}
+    pct = np.percentile(x, list(percentiles))
+    return {"mean": float(np.mean(x)), "median": float(np.median(x)), "std": float(np.std(x)),
+            **{k: float(v) for k, v in zip(keys, pct)}, "max": float(np.max(x)),
+            "n": int(x.size)}

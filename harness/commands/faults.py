@@ -15,12 +15,15 @@ from .common import isolation_of, print_campaign_json, render_campaign_reports, 
 def main(a: argparse.Namespace) -> int:
     suite, base, cand, overrides = suite_and_sides(a)
     target = get_target(cand.target)
-    faults = (a.fault or list(target.info().get("faults", []))) + a.ruler
+    info = target.info()
+    # a fault with nothing to catch on the installed release runs only when named
+    not_run = {} if a.fault else dict(info.get("inert", {}))
+    faults = (a.fault or [f for f in info.get("faults", []) if f not in not_run]) + a.ruler
     for f in faults:           # the target's own check: its faults, and rulers like slow-step
         target.validate(replace(cand, faults=(f,)))
     out = a.out or default_out(f"faults-{suite.name}")
     res, path = fault_matrix(suite, base, cand, faults, overrides, out,
-                             isolation=isolation_of(a))
+                             isolation=isolation_of(a), not_run=not_run)
     render_campaign_reports(path, "faults", res)
     if a.json:
         print_campaign_json(res)
@@ -34,6 +37,9 @@ def main(a: argparse.Namespace) -> int:
             why = f" ({r['failures'][0]['side']}: {r['failures'][0]['error'][:160]})" \
                 if status == "not measured" else ""
             print(f"{name:<26} {status.upper() if r['caught'] else status}  by {by}{why}")
+        for name, why in res["not_run"].items():
+            print(f"{name:<26} not run: nothing to catch on vLLM {info.get('installed')}: "
+                  f"{why} (name it with --fault to run it)")
         print(f"results: {path}")
     runs = [res["clean"], *res["faults"].values()]
     if any(r["failures"] for r in runs):

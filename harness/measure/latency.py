@@ -2,7 +2,8 @@
 
 TTFT = first token time - arrival; TPOT = (last - first token time) / (output tokens - 1);
 ITL = gaps between consecutive tokens (spec decode: tokens of one step share a time, so
-gaps of 0 appear, as in vLLM); E2E = last token time - arrival. Milliseconds throughout.
+gaps of 0 appear, as in vLLM); E2EL = last token time - arrival (vLLM's e2el; the column
+is `e2e_ms`, as in every run's requests.csv). Milliseconds throughout.
 """
 from __future__ import annotations
 

@@ -16,11 +16,16 @@ from schema 1 with `ALTER TABLE ... ADD COLUMN`, which gives the old rows NULL a
 no copy of the table. NULL means no vLLM was recorded: the bundled runner, an imported
 `vllm bench` file, a run made before schema 2, or a release build without a commit.
 
+Metric names (schema 3) are vLLM's where `vllm bench serve` reports the same figure
+(record/metrics.py): the migration from schema 2 renames what older mrbench stored
+(p99_e2e_ms -> p99_e2el_ms, its `judged:` and `ratio:` rows, output_tokens ->
+total_output_tokens), so a trend runs on across the rename under one name.
+
 Writes: only `add` writes, in one transaction (BEGIN IMMEDIATE ... COMMIT), after every
-run directory was read and checked; a schema-1 file is migrated in place inside that same
-transaction (a failure leaves it as it was). Reads never write: a schema-1 file is read
-through a migrated in-memory copy. A file that is not an mrbench history, or whose schema
-is newer than this mrbench's, is refused, untouched.
+run directory was read and checked; an older file (schema 1 or 2) is migrated in place
+inside that same transaction (a failure leaves it as it was). Reads never write: an older
+file is read through a migrated in-memory copy. A file that is not an mrbench history, or
+whose schema is newer than this mrbench's, is refused, untouched.
 
 Runs are read through `results.read_run`; their manifest and summary are accessed with
 `_get` / `_items`, which take plain dicts and typed records (attributes of the same
@@ -38,11 +43,11 @@ from typing import Any
 
 from mrbench.contract import BadInput
 
-from .metrics import LATENCY
+from .metrics import LATENCY, current_name
 from .results import read_run
-from .run_record import RunVerdict, Verdict
+from .run_record import RunVerdict, Verdict, judged_across_runs
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 DEFAULT_DB = Path("results") / "history.sqlite"
 CHECK_METRICS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_strict",
                  "token_agreement", "mean_acceptance_length", "state_audit_violations",
@@ -64,8 +69,13 @@ CREATE TABLE metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id), workload TEXT NOT NULL, side TEXT NOT NULL,
     metric TEXT NOT NULL, value REAL, PRIMARY KEY (run_id, workload, side, metric));
 """
-# schema version -> (the next version, the statements that reach it)
-_MIGRATIONS = {"1": ("2", [f"ALTER TABLE runs ADD COLUMN {c} TEXT" for c in BUILD_COLUMNS])}
+# schema version -> (the next version, the statements that reach it). 3: metric names as
+# vLLM names them (p99_e2e_ms -> p99_e2el_ms, judged:/ratio: and the summary's figures
+# alike; metrics.current_name, which _migrate registers as an SQL function); where a run
+# had both names (an older import), the row already so named is kept
+_MIGRATIONS = {"1": ("2", [f"ALTER TABLE runs ADD COLUMN {c} TEXT" for c in BUILD_COLUMNS]),
+               "2": ("3", ["UPDATE OR IGNORE metrics SET metric = current_name(metric)",
+                           "DELETE FROM metrics WHERE metric != current_name(metric)"])}
 
 
 # ---- manifest and summary, as dicts or typed records ----------------------------------------
@@ -123,6 +133,7 @@ def _check_schema(db: Path) -> str:
 
 def _migrate(con: sqlite3.Connection, version: str) -> None:
     """Bring `con` from `version` to SCHEMA_VERSION; the caller holds the transaction."""
+    con.create_function("current_name", 1, current_name, deterministic=True)
     while version != SCHEMA_VERSION:
         version, statements = _MIGRATIONS[version]
         for s in statements:
@@ -200,7 +211,8 @@ def record_of(manifest: Any, summary: Any, run_dir: Path
             judged = verdict in (Verdict.PASS, Verdict.REGRESSION)
             values[(wl, "candidate", f"{JUDGED}{metric}")] = float(judged)
             delta = _get(c, "delta")
-            if judged and isinstance(delta, (int, float)):
+            if (judged or judged_across_runs(verdict, _get(c, "note"))) \
+                    and isinstance(delta, (int, float)):
                 # the run's candidate/baseline estimate, which later runs are judged against
                 values[(wl, "candidate", f"{RATIO}{metric}")] = float(delta)
         if metric in CHECK_METRICS:

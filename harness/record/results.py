@@ -13,6 +13,9 @@ else, and it is the one reader of a results directory (`read_record`, `read_mani
 same way. The manifest carries `results_format`; a reader refuses a newer format than
 `RESULTS_FORMAT` with one line, and a manifest without the field is format 1. Format 2
 added each check's `delta_kind` and `bar`; a format-1 run reads with them UNKNOWN / None.
+Format 3 names every figure `vllm bench serve` also reports by vLLM's name (p99_e2el_ms,
+mean_e2el_ms, total_output_tokens, ...: record/metrics.py); an older run's checks and
+figures read under those names (run_record's validators).
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from .run_record import Manifest, RunSummary, RunVerdict, json_safe
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("requests", "itl", "steps", "profile", "audits", "dispatch")
-RESULTS_FORMAT = 2    # the layout of a results directory; bump it when a reader must change
+RESULTS_FORMAT = 3    # the layout of a results directory; bump it when a reader must change
 TEXT_COLUMNS = ("workload", "side")    # read as text: a workload named "1" stays "1"
 
 

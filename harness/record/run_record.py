@@ -26,10 +26,12 @@ from pydantic import (
     ConfigDict,
     SerializerFunctionWrapHandler,
     field_serializer,
+    field_validator,
     model_serializer,
 )
 
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
+from .metrics import current_name
 
 
 class Verdict(enum.StrEnum):
@@ -171,6 +173,13 @@ class Check(_Record):
             raise TypeError(f"Check takes at most {len(_POSITIONAL)} positional fields")
         super().__init__(**dict(zip(_POSITIONAL, args)), **fields)
 
+    @field_validator("metric")
+    @classmethod
+    def _current_metric(cls, name: str) -> str:
+        """A check of a run written before results format 3 (p99_e2e_ms) reads under
+        vLLM's name (p99_e2el_ms): metrics.current_name."""
+        return current_name(name)
+
     @field_serializer("baseline", "candidate", "delta", "p_value")
     def _finite_figure(self, x: float | None) -> float | None:
         return _finite(x)
@@ -182,6 +191,16 @@ class Check(_Record):
     def to_dict(self) -> dict[str, Any]:
         """The check as summary.json holds it."""
         return self.to_json_dict()
+
+
+# The note a latency check opens with when the run reports it and only the history judges
+# it (`--history`): the two sides run runners that differ by design (vLLM's V2 against V1).
+ACROSS_RUNS = "judged across runs, not within one"
+
+
+def judged_across_runs(verdict: Any, note: Any) -> bool:
+    """A reported latency check whose estimate the history gate still judges."""
+    return verdict == Verdict.INFO and isinstance(note, str) and note.startswith(ACROSS_RUNS)
 
 
 def overall_verdict(checks: list[Check], failures: list) -> tuple[RunVerdict, int]:
@@ -237,6 +256,17 @@ class ImportedRun(_Record):
     notes: list[str] = []
 
 
+def _current_keys(figures: dict[str, Any]) -> dict[str, Any]:
+    """`figures` with each key as metrics.current_name names it; an older key whose
+    current name is also there is dropped (the current one is kept)."""
+    out = {}
+    for key, v in figures.items():
+        new = current_name(key)
+        if new == key or new not in figures:
+            out[new] = v
+    return out
+
+
 EXIT_OF = {RunVerdict.ERROR: EXIT_RUN_FAILED, RunVerdict.REGRESSION: EXIT_REGRESSION}
 
 
@@ -262,6 +292,17 @@ class RunSummary(_Record):
     interrupted: Interruption | None = None
     imported: ImportedRun | None = None
     waves: int | None = None          # re-judged on its first N waves (regate.first_waves)
+
+    @field_validator("metrics")
+    @classmethod
+    def _current_figure_names(cls, metrics: dict[str, dict[str, dict[str, Any]]]
+                              ) -> dict[str, dict[str, dict[str, Any]]]:
+        """The figures of a run written before results format 3 read under vLLM's names
+        (mean_e2e_ms -> mean_e2el_ms, output_tokens -> total_output_tokens:
+        metrics.current_name). Where a side held both (an older import kept vLLM's
+        mean_e2el_ms beside its own mean_e2e_ms), the figure already so named is kept."""
+        return {wl: {side: _current_keys(figures) for side, figures in sides.items()}
+                for wl, sides in metrics.items()}
 
     @classmethod
     def build(cls, checks: list[Check | dict], failures: list[Failure | dict] = (), *,

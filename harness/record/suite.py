@@ -22,7 +22,7 @@ from pydantic import (
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
 
-from .metrics import LATENCY_METRICS
+from .metrics import LATENCY_METRICS, current_name
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
 
@@ -52,6 +52,13 @@ class Thresholds(BaseModel):
     # with --history: a latency ratio over the earlier passing runs' (harness.history_gate);
     # None: the check's own bar (median_rel for medians, latency_rel for P99s)
     history_rel: float | None = Field(None, ge=0)
+
+    @field_validator("latency_metrics")
+    @classmethod
+    def _current_names(cls, names: list[str]) -> list[str]:
+        """A suite written before results format 3 lists `p99_e2e_ms`: it gates vLLM's
+        `p99_e2el_ms` (metrics.current_name), so old suites run as they did."""
+        return [current_name(m) for m in names]
 
     @model_validator(mode="after")
     def _known_latency_metrics(self) -> "Thresholds":

@@ -1,7 +1,10 @@
 """`mrbench import-bench`: `vllm bench serve` / `vllm bench latency` result JSON -> a results
 directory that `mrbench compare`, `mrbench report` and `mrbench history` read like any run.
 
-What is read is vLLM's own schema (vllm/benchmarks/serve.py, vllm/benchmarks/latency.py):
+What is read is vLLM's own schema (vllm/benchmarks/serve.py, vllm/benchmarks/latency.py),
+and its names are kept: mrbench's own run reports every figure it shares with vLLM under
+vLLM's name (record/metrics.py), so the summary's figures and the checks' metrics
+(p99_ttft_ms, p99_tpot_ms, p99_itl_ms, p99_e2el_ms) are the file's keys as they stand.
 
 * serve (`--save-result`): date, backend / endpoint_type, label, model_id, tokenizer_id,
   num_prompts, request_rate ("inf" when unlimited), burstiness, max_concurrency, duration,
@@ -18,6 +21,8 @@ What is read is vLLM's own schema (vllm/benchmarks/serve.py, vllm/benchmarks/lat
 * latency (`--output-json`): avg_latency, std_latency, latencies (s, one per batch
   iteration), percentiles {"10", ..., "99"}. An iteration is one row with e2e_ms: its batch
   arrives at once and stops at --output-len, so the iteration, not the request, is a sample.
+  Its P99 is checked as p99_e2el_ms; the summary keeps avg_latency, std_latency and
+  percentiles.NN as vLLM names them.
 
 Statistics: what `mrbench compare IMPORT_A IMPORT_B` does with imported runs.
 
@@ -58,6 +63,7 @@ from mrbench.contract import BadInput, SideResult
 
 from ..checks import stats
 from ..checks.latency import latency_summary
+from ..record.metrics import LATENCY
 from ..record.results import RunWriter, check_out, environment
 from ..record.run_record import NOT_GATED, Check, DeltaKind, Manifest, RunSummary, Verdict
 
@@ -67,12 +73,9 @@ DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "errors")
 SETUP = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",
          "num_prompts", "request_rate", "burstiness", "max_concurrency")
 SAME_SETUP = ("model_id", "request_rate", "burstiness", "max_concurrency")   # to pool files
-REPORTED = {"p99_ttft_ms": "p99_ttft_ms", "p99_tpot_ms": "p99_tpot_ms",
-            "p99_itl_ms": "p99_itl_ms", "p99_e2e_ms": "p99_e2el_ms"}     # harness <- vLLM
-MEASURED = {"serve": ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms"),
-            "latency": ("p99_e2e_ms",)}                                   # no step table
-SAMPLES = {"p99_ttft_ms": ("requests", "ttft_ms"), "p99_tpot_ms": ("requests", "tpot_ms"),
-           "p99_itl_ms": ("itl", "itl_ms"), "p99_e2e_ms": ("requests", "e2e_ms")}
+# the P99s vllm bench measures, which compare gates (no step table: no step metric)
+MEASURED = {"serve": ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms"),
+            "latency": ("p99_e2el_ms",)}
 
 
 @dataclass
@@ -163,11 +166,11 @@ def _serve(f: _File, k: int, offset: int) -> None:
         missing = [x for x in DETAILED if x not in d]
         _fail(path, f"per-request fields incomplete: has {', '.join(present)} but not "
                     f"{', '.join(missing)} (vllm bench serve --save-detailed writes them together)")
-    for key, v in f.data.items():
-        if key in REPORTED.values() and v is not None and not _is_num(v):
-            _fail(path, f"{key} is {v!r}, not a number")
-    f.reported = {m: float(d[v]) for m, v in REPORTED.items()
-                  if _is_num(d.get(v)) and math.isfinite(d[v])}
+    for key in MEASURED["serve"]:
+        if d.get(key) is not None and not _is_num(d[key]):
+            _fail(path, f"{key} is {d[key]!r}, not a number")
+    f.reported = {m: float(d[m]) for m in MEASURED["serve"]
+                  if _is_num(d.get(m)) and math.isfinite(d[m])}
     if present:
         _serve_detailed(f, k, offset)
     elif isinstance(d.get("latencies"), list):
@@ -271,7 +274,7 @@ def _latency(f: _File, k: int, offset: int) -> None:
                   for i, x in enumerate(vals)]
     f.per_request, f.e2e_source = "full", "latencies (one per batch iteration)"
     if _is_num(pct.get("99")):
-        f.reported = {"p99_e2e_ms": float(pct["99"]) * 1e3}
+        f.reported = {"p99_e2el_ms": float(pct["99"]) * 1e3}
     f.notes.append("vllm bench latency: one row per batch iteration (e2e_ms); TTFT, TPOT "
                    "and ITL are not measured by it")
 
@@ -304,10 +307,12 @@ def _parse(paths: Sequence[Path]) -> list[_File]:
     return files
 
 
-def _vllm_metrics(files: list[_File], requests: list[dict], itl: list[dict]) -> dict:
-    """vLLM's field names. One file: its own figures. Several: counts summed, throughputs
-    over the summed duration, latency statistics recomputed from the pooled samples (as
-    vLLM computes them: numpy over the successful requests, milliseconds)."""
+def _file_figures(files: list[_File]) -> dict[str, float]:
+    """The files' own figures, which the summary keeps over what mrbench computes from the
+    rows (vLLM's exact values, and the counts of requests the rows lack). One file: its
+    numbers as they stand. Several: vllm bench latency's statistics recomputed from the
+    pooled iterations; serve's counts summed and its throughputs over the summed duration
+    (the latency statistics are latency_summary's, of the pooled rows)."""
     if len(files) == 1:
         out = {}
         for key, v in files[0].data.items():
@@ -317,7 +322,7 @@ def _vllm_metrics(files: list[_File], requests: list[dict], itl: list[dict]) -> 
                 out.update({f"percentiles.{p}": float(x) for p, x in v.items() if _is_num(x)})
         return out
     if files[0].kind == "latency":
-        lat = np.array([r["e2e_ms"] for r in requests]) / 1e3
+        lat = np.array([r["e2e_ms"] for f in files for r in f.requests]) / 1e3
         return dict(avg_latency=float(lat.mean()), std_latency=float(lat.std()),
                     **{f"percentiles.{p}": float(np.percentile(lat, p))
                        for p in (10, 25, 50, 75, 90, 99)})
@@ -336,14 +341,6 @@ def _vllm_metrics(files: list[_File], requests: list[dict], itl: list[dict]) -> 
         if "total_input_tokens" in out and "total_output_tokens" in out:
             out["total_token_throughput"] = (out["total_input_tokens"]
                                              + out["total_output_tokens"]) / dur
-    for name, rows, col in (("ttft", requests, "ttft_ms"), ("tpot", requests, "tpot_ms"),
-                            ("itl", itl, "itl_ms"), ("e2el", requests, "e2e_ms")):
-        x = np.array([r[col] for r in rows if r.get(col) is not None], dtype=float)
-        if len(x):
-            out.update({f"mean_{name}_ms": float(x.mean()),
-                        f"median_{name}_ms": float(np.median(x)),
-                        f"std_{name}_ms": float(x.std()),
-                        f"p99_{name}_ms": float(np.percentile(x, 99))})
     return out
 
 
@@ -380,8 +377,10 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                         itl_independent_basis="ITL gaps / max requests in flight, per file "
                         "(a lower bound on the engine steps; harness/run/bench_import.py)")
     checks = []
-    for metric, (table, col) in SAMPLES.items():
-        x = np.array([r[col] for r in getattr(res, table) if r.get(col) is not None])
+    for metric in MEASURED[kind]:
+        m = LATENCY[metric]
+        x = np.array([r[m.column] for r in getattr(res, m.table)
+                      if r.get(m.column) is not None])
         if len(x):
             value = stats.percentile(x, 99)
             method = f"P99 of the imported per-request samples (n = {len(x)})"
@@ -399,7 +398,7 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                             bar=NOT_GATED))
     metrics = {k: v for k, v in latency_summary(res).items()
                if not (isinstance(v, float) and math.isnan(v))}
-    metrics.update(_vllm_metrics(files, res.requests, res.itl))
+    metrics.update(_file_figures(files))
     src = [dict(path=str(f.path.resolve()), sha256=f.sha256, bytes=f.size, kind=f.kind,
                 **{key: f.data.get(key) for key in SETUP if key in f.data},
                 rows=len(f.requests), itl_gaps=len(f.itl), per_request=f.per_request,

@@ -10,7 +10,7 @@ throughput need `latency_min_rel`.
 Latency is judged as the candidate/baseline *ratio* of each run, not the candidate's own
 figure: both sides of a run are interleaved wave by wave on the same machine, so the ratio
 cancels the machine's speed, which on a shared CPU runner drifts by tens of percent from
-one night (or one hour) to the next and moved a 4-prompt P99 E2E by 20 % in CI with no code
+one night (or one hour) to the next and moved a 4-prompt P99 E2EL by 20 % in CI with no code
 change. The absolute series is still plotted; `absolute_latency=True` judges it instead
 (for a dedicated, stable GPU host where a regression of both runners matters too).
 
@@ -39,7 +39,7 @@ from ..record import history
 from .formatting import fmt_num
 from .html import environment, fig_to_data_uri, write_atomic
 
-TRENDED = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_step_ms",
+TRENDED = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms", "p99_step_ms",
            "median_step_ms", "output_throughput", *history.CHECK_METRICS)
 COUNTS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_strict",
           "token_agreement", "mean_acceptance_length", "state_audit_violations",

@@ -33,7 +33,7 @@ def test_synthetic_pd_replay_reports_serving_metrics(replay_run):
     summary = json.loads((out / "summary.json").read_text())
     assert code == 0 and summary["verdict"] == "pass", summary["checks"]
     m = summary["metrics"]["synth"]["candidate"]
-    for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_ms", "p99_queue_ms",
+    for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms", "p99_queue_ms",
               "p99_kv_handoff_ms", "slot_reuses"):
         assert m[k] is not None and m[k] >= 0, k
     assert m["slot_reuses"] >= 24 - 4                 # 4 decode slots served 24 requests

@@ -31,10 +31,10 @@ def write_run(root: Path, day: int, ops: float = 100.0, ratio: float | None = No
                    verdict="pass")]
     metrics: dict = {}
     if ratio is not None:
-        checks.append(dict(workload="w", metric="p99_e2e_ms", baseline=100.0,
+        checks.append(dict(workload="w", metric="p99_e2el_ms", baseline=100.0,
                            candidate=100 * ratio, delta=ratio - 1, verdict="pass"))
-        metrics = dict(w=dict(baseline=dict(p99_e2e_ms=100.0),
-                              candidate=dict(p99_e2e_ms=100 * ratio)))
+        metrics = dict(w=dict(baseline=dict(p99_e2el_ms=100.0),
+                              candidate=dict(p99_e2el_ms=100 * ratio)))
     (d / "summary.json").write_text(json.dumps(dict(
         verdict="pass", suite="nightly", target=target, baseline="v1", candidate="v2",
         candidate_faults=[], metrics=metrics, checks=checks)))

@@ -109,7 +109,7 @@ def test_adding_a_non_run_changes_nothing(tmp_path, capsys, hist):
     assert code == 2 and db.read_bytes() == before
 
 
-def _synthetic_db(path, cand, base, metric="p99_e2e_ms"):
+def _synthetic_db(path, cand, base, metric="p99_e2el_ms"):
     """A history written straight into the schema: one workload, both sides of `metric`."""
     from mrbench.harness.record import history
     with sqlite3.connect(path) as con:
@@ -134,7 +134,7 @@ def test_machine_drift_moving_both_sides_is_not_a_latency_change(tmp_path):
     marked = lambda res: [(c["metric"], c["index"] + 1) for g in res["groups"]
                           for c in g["changes"]]
     assert marked(analyse(drift)) == []
-    assert marked(analyse(drift, absolute_latency=True)) == [("p99_e2e_ms", 5)]
+    assert marked(analyse(drift, absolute_latency=True)) == [("p99_e2el_ms", 5)]
     cand = [b * (1.0 if i < 4 else 1.5) for i, b in enumerate([100] * 8)]
     own = _synthetic_db(tmp_path / "o.sqlite", cand, [100] * 8)
-    assert marked(analyse(own)) == [("p99_e2e_ms ratio", 5)]
+    assert marked(analyse(own)) == [("p99_e2el_ms ratio", 5)]

@@ -92,7 +92,7 @@ def test_a_noisy_latency_step_fails_the_night_it_becomes_significant(tmp_path, c
     code, out, _ = _report(db, tmp_path, capsys, "--json")
     [c] = json.loads(out)["changes"]
     assert (c["metric"], c["run_number"], c["candidate_vllm_commit"]) == \
-        ("p99_e2e_ms ratio", 9, commit(9))
+        ("p99_e2el_ms ratio", 9, commit(9))
 
 
 def test_two_lone_values_at_the_end_are_no_regime():
@@ -225,7 +225,7 @@ def test_typed_records_read_like_dicts(tmp_path):
     side = dict(model="m", device="cuda", vllm_version="0.26.1", vllm_commit=commit(3))
     manifest = dict(created="2026-11-03", resolved=dict(w=dict(candidate=side, baseline=side)))
     summary = dict(verdict="pass", suite="s", target="vllm", baseline="v1", candidate="v2",
-                   metrics=dict(w=dict(candidate=dict(p99_e2e_ms=5.0))),
+                   metrics=dict(w=dict(candidate=dict(p99_e2el_ms=5.0))),
                    checks=[dict(workload="w", metric="ops_per_step", baseline=1.0,
                                 candidate=2.0, verdict="pass")])
     typed_manifest = dict(manifest, resolved=dict(w=dict(candidate=_Side(**side),

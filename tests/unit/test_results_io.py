@@ -162,7 +162,7 @@ def test_compare_and_report_read_the_same_rows_of_a_numeric_looking_workload(tmp
     code, _, err = run_cli(["compare", run, run, "--out", out], capsys)
     assert code == 0, err
     s = json.loads((out / "summary.json").read_text())
-    assert s["metrics"][WL]["candidate"]["output_tokens"] == sum(3 + i for i in range(7))
+    assert s["metrics"][WL]["candidate"]["total_output_tokens"] == sum(3 + i for i in range(7))
     assert "requests: baseline 7, candidate 7" in (out / "report.html").read_text()
 
 

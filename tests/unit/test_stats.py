@@ -437,14 +437,16 @@ def test_mean_ci_t_small_and_degenerate():
 def test_summarize_latency_values_and_types():
     xs = pd.Series(list(range(1, 101)) + [None], dtype="float64")
     s = st.summarize_latency(xs)
-    assert set(s) == {"mean", "median", "p50", "p90", "p99", "max", "n"}
+    assert set(s) == {"mean", "median", "std", "p50", "p90", "p99", "max", "n"}
     assert s["n"] == 100
     assert s["mean"] == pytest.approx(50.5)
     assert s["median"] == s["p50"] == pytest.approx(50.5)
     assert s["p90"] == pytest.approx(np.percentile(np.arange(1, 101), 90))
     assert s["p99"] == pytest.approx(np.percentile(np.arange(1, 101), 99))
-    assert s["max"] == 100.0
+    assert s["max"] == 100.0 and s["std"] == pytest.approx(np.std(np.arange(1, 101)))
     assert all(isinstance(v, float) for k, v in s.items() if k != "n")
+    assert set(st.summarize_latency(xs, [99.9])) == {"mean", "median", "std", "p99.9",
+                                                     "max", "n"}     # vLLM's key
 
 
 def test_summarize_latency_empty():

@@ -40,9 +40,9 @@ def test_the_gate_resamples_waves_and_sees_a_uniform_slowdown():
     rng = np.random.default_rng(3)
     th = Thresholds(latency_rel=0.05)
     base = _waves(rng, wave_sd=0.05)
-    same = latency_check("w", "p99_e2e_ms", _side(base), _side(_waves(rng, wave_sd=0.05)), th)
+    same = latency_check("w", "p99_e2el_ms", _side(base), _side(_waves(rng, wave_sd=0.05)), th)
     assert "wave-cluster bootstrap" in same.method and "64 ABBA waves" in same.method
-    slow = latency_check("w", "p99_e2e_ms", _side(base),
+    slow = latency_check("w", "p99_e2el_ms", _side(base),
                          _side(_waves(rng, wave_sd=0.05, scale=1.5)), th)
     assert slow.verdict == "regression" and slow.ci[0] > 0.05
 

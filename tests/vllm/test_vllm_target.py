@@ -241,6 +241,26 @@ def test_a_vllm_fault_is_refused_for_a_release_it_was_not_written_for():
             raise AssertionError("not refused")
 
 
+def test_a_fault_with_nothing_to_catch_on_the_release_is_left_out_of_the_default_matrix():
+    """39833's surviving line changes nothing on 0.26: `faults` leaves it out unless named,
+    and says why, rather than reporting a miss it could never catch."""
+    assert set(vllm_faults.inert("0.26.0")) == {"stale-slot-state"}
+    assert "first step is never a decode" in vllm_faults.inert("0.26.0")["stale-slot-state"]
+    assert vllm_faults.inert("0.25.0") == {} and vllm_faults.inert(None) == {}
+
+
+def test_the_faults_report_names_a_fault_left_out(tmp_path):
+    from mrbench.harness.show.campaign_report import render_campaign
+    res = dict(suite="quick", target="vllm", baseline="vllm:v1", candidate="vllm:v2",
+               clean=dict(verdict="pass", flagged=[], exit=0, failures=[]),
+               faults={"seq-lens-sync": dict(caught=True, by=["gsm8k/syncs_per_step"],
+                                             verdict="regression", exit=1, failures=[],
+                                             dir="seq-lens-sync")},
+               not_run={"stale-slot-state": "nothing reads the stale drafts"})
+    html = render_campaign(tmp_path, "faults", res).read_text()
+    assert "<b>stale-slot-state</b>: not run" in html and "nothing reads the stale" in html
+
+
 def test_a_fault_patch_replaces_exactly_one_line_or_refuses(tmp_path, monkeypatch):
     """The patch mechanism on a module of our own: the line comes back in the function, on
     its class, in this process only; a missing or doubled line is refused."""

@@ -186,8 +186,9 @@ class VllmTarget:
         return int(cfg.get("max_position_embeddings") or cfg.get("max_seq_len") or 2048)
 
     def info(self) -> dict[str, Any]:
+        installed = installed_version()
         return dict(runners=list(RUNNERS), faults=sorted(vllm_faults.FAULTS),
-                    installed=installed_version(),
+                    inert=vllm_faults.inert(installed), installed=installed,
                     notes="v2 needs CUDA; faults need the vLLM release they were written "
                           "for (v2 only); the slow-step:PCT ruler runs on either runner; "
                           "PD-disagg = a prefill and a decode engine joined by vLLM's "

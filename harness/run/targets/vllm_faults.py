@@ -42,6 +42,13 @@ class VllmFault:
     what: str
     versions: tuple[str, ...]          # vLLM releases the patch was written against
     patches: tuple[SourcePatch, ...]
+    # releases where the patch applies but leaves nothing to catch, and why: `faults` runs
+    # such a fault only when asked by name, and says so
+    inert: tuple[tuple[str, str], ...] = ()
+
+    def inert_on(self, release: str | None) -> str | None:
+        """Why this fault has nothing to catch on `release`, or None."""
+        return dict(self.inert).get(release or "")
 
 
 FAULTS: dict[str, VllmFault] = {f.name: f for f in (
@@ -57,7 +64,11 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
             "vllm.v1.worker.gpu.states", "RequestState.add_request",
             old="self.draft_tokens[req_idx].zero_()",
             new="pass  # mrbench fault stale-slot-state (vLLM PR 39833 reverted): the reused "
-                "slot keeps its previous occupant's draft tokens"),)),
+                "slot keeps its previous occupant's draft tokens"),),
+        inert=(("0.26.0", "a new request's first step is never a decode there, and its first "
+                "proposal writes its drafts before any step reads them, so with the line "
+                "reverted V2's tokens and drafts under PD with EAGLE are unchanged "
+                "(docs/vllm-gpu.md, \"39833 on 0.26\")"),)),
     VllmFault(
         "seq-lens-sync", 40654,
         "V2's prepare_inputs reads the device seq_lens back to the host every step (the "
@@ -119,6 +130,11 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
 
 
 _serial = itertools.count(1)
+
+
+def inert(installed: str | None) -> dict[str, str]:
+    """{fault: why it has nothing to catch} on the installed release."""
+    return {n: why for n, f in FAULTS.items() if (why := f.inert_on(installed))}
 
 
 def check(names: tuple[str, ...], installed: str | None) -> None:

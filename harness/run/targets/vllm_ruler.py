@@ -1,49 +1,34 @@
 """`slow-step:PCT` on real vLLM: the latency ruler, not a historic bug.
 
 `mrbench power` measures the smallest slowdown a suite detects by giving the candidate a
-known one. On vLLM the ruler wraps the model runner's `execute_model`, the step entry point
-both runners have (the step's state updates, input preparation and the model call; V1
-computes the logits there too; sampling is `sample_tokens`, outside it):
-- V1 on CPU: `vllm.v1.worker.cpu_model_runner.CPUModelRunner` (it inherits V1's method);
-- V1 on CUDA: `vllm.v1.worker.gpu_model_runner.GPUModelRunner`;
-- V2 (CUDA only): `vllm.v1.worker.gpu.model_runner.GPUModelRunner`.
-The busy work is the bundled ruler's own (`mrbench.runner_impl.slow_step.SlowStep`):
-PCT % of the engine step the harness measures (`VllmSession._step_engine`
-times `LLMEngine.step()`: schedule, the runner's calls, output processing) is added inside
-the step, never a sleep. Each measured step is fed back (`observe_step`), less the ruler's
-own part, into a streaming median per class of scheduled tokens, so slow-step:5 moves the
-step the gate judges by about 5 %, whatever share of it `execute_model` is. Until
-2026-11-27 the base was `execute_model`'s own host time: on the H200 with V2, slow-step:5
-then moved the median step by +3.7 % and +1.1 % in two runs (nominal sizes,
-docs/vllm-gpu.md). The busy work runs as the call starts: on CPU the host spins; on CUDA a
-spin kernel (`torch.cuda._sleep`) of that length is queued on the runner's current stream
-ahead of the call's work and the host spins as long, so the step grows whichever of host
-and GPU bounds it (before the call, not after: after it, a host spin overlaps the GPU work
-just launched and hides, SlowStep.run); the ruler adds no host sync, so V2's sync gate
-stays clean. Each step row records the ruler's busy time (`ruler_ms`).
+known one. On vLLM the ruler is host busy work at the end of every engine step that ran the
+model, inside the step as the harness times it (`VllmSession._step_engine` times
+`LLMEngine.step()`: schedule, the runner's calls, output processing), lasting PCT % of that
+step's own measured time. The step's tokens are stamped after it, so the step, each token's
+ITL and each request's TPOT grow by PCT % of the step they fall in.
 
-Two steps, as in vllm_dispatch: `install` wraps the class before the engine is built, in
-the engine's process only, and the wrapper passes every call through; `arm` gives one
-runner instance its own SlowStep once its engine is up. So warmup, graph capture, dummy
-runs and empty steps are never slowed; each engine (a PD pair's two, or both sides of an
-`--in-process` run) keeps its own timing state; a clean engine in the same process is
-untouched.
+Why at the end, scaled by the step's own time: a slow step (a mixed prefill step, a host
+stall) grows by PCT % as a typical one does, so every quantile of the step moves by about
+PCT %, the P99 as much as the median. Until 2026-11-28 the ruler spun before the runner's
+`execute_model`, for PCT % of a streaming median per step class; a step's tail then moved
+less than its median (on the H200, slow-step:10 moved P99 ITL +6.2 %), so the power of the
+P99 gates was measured at a smaller slowdown than named. The busy work is a host spin: it
+adds no sync and no op (the count gates stay clean), and it lengthens the step wherever the
+host bounds it. Where the GPU bounds a step (async scheduling with a large model), part of
+it can hide under queued device work; the run's `realized_pct` and `ruler_added_pct` say
+what it moved.
+
+Each slowed step row records the ruler's busy time (`ruler_ms`). Warmup, graph capture,
+dummy runs and empty steps are never slowed: only serving steps go through the harness's
+step, and only those that scheduled tokens spin.
 """
 from __future__ import annotations
 
-import functools
-import importlib
-from typing import Any, Callable
-
-import torch
+import time
+from typing import Any
 
 from mrbench.contract import BadInput
 from mrbench.runner_impl.faults import SLOW_STEP, slow_step_pct
-from mrbench.runner_impl.slow_step import SlowStep
-
-_STATE = "_mrbench_slow_step"         # the runner instance's SlowStep, set by `arm`
-_MARK = "_mrbench_ruler"              # on the class's wrapper: installed already
-METHOD = "execute_model"
 
 
 def split(faults: tuple[str, ...]) -> tuple[tuple[str, ...], float | None]:
@@ -65,75 +50,32 @@ def split(faults: tuple[str, ...]) -> tuple[tuple[str, ...], float | None]:
     return tuple(historic), (pcts[0] if pcts else None)
 
 
-def runner_class_path(runner: str, device: str) -> tuple[str, str]:
-    """(module, class) of the model runner vLLM builds for this runner on this device."""
-    if runner == "v2":
-        return "vllm.v1.worker.gpu.model_runner", "GPUModelRunner"
-    if device == "cpu":
-        return "vllm.v1.worker.cpu_model_runner", "CPUModelRunner"
-    return "vllm.v1.worker.gpu_model_runner", "GPUModelRunner"
+class StepRuler:
+    """One engine session's ruler: PCT % of each slowed step's own time, spun at its end."""
 
+    def __init__(self, pct: float) -> None:
+        self.pct = pct
+        self.frac = pct / 100.0
+        self.added_ms_total = 0.0        # all busy time added (ms), for tests and logs
+        self.slowed_steps = 0
 
-def _scheduled_tokens(args: tuple, kwargs: dict) -> int:
-    sched = kwargs.get("scheduler_output", args[0] if args else None)
-    return int(getattr(sched, "total_num_scheduled_tokens", 0) or 0)
+    def spin_after(self, t0: float) -> float:
+        """Busy-spin the host for `frac` of the time since `t0` (the step's start,
+        `time.perf_counter()`); the busy time added, in ms."""
+        t = time.perf_counter()
+        until = t + self.frac * (t - t0)
+        start = t
+        while t < until:                 # busy: the core is taken, as by work
+            t = time.perf_counter()
+        added = (t - start) * 1e3
+        self.added_ms_total += added
+        self.slowed_steps += 1
+        return added
 
-
-def step_key(scheduled_tokens: int) -> tuple:
-    """The ruler's class key of a step that scheduled this many tokens (the wrapper's and
-    the step's feedback must name the same class)."""
-    return ("mixed", int(scheduled_tokens))
-
-
-def _wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(orig)
-    def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ruler = self.__dict__.get(_STATE)
-        if ruler is None or kwargs.get("dummy_run") or not _scheduled_tokens(args, kwargs):
-            return orig(self, *args, **kwargs)
-        # the step's class for the ruler's median: its token count (in powers of two)
-        return ruler.run(orig, self, *args, key=step_key(_scheduled_tokens(args, kwargs)),
-                         **kwargs)
-    setattr(execute_model, _MARK, True)
-    return execute_model
-
-
-def wrap(cls: type) -> None:
-    """Put the ruler's pass-through wrapper on `cls.execute_model` (inherited or its own);
-    idempotent."""
-    orig = getattr(cls, METHOD)
-    if not getattr(orig, _MARK, False):
-        setattr(cls, METHOD, _wrapper(orig))
-
-
-def install(runner: str, device: str, pct: float) -> dict[str, Any]:
-    """Wrap the class of the runner vLLM will build (in the engine's process, before the
-    engine exists); what was applied, for the manifest's fault records."""
-    module, name = runner_class_path(runner, device)
-    try:
-        cls = getattr(importlib.import_module(module), name)  # lazy: vLLM is optional
-    except (ImportError, AttributeError) as e:
-        raise RuntimeError(f"{SLOW_STEP}:{pct:g} on vllm:{runner} wraps {module}.{name}, "
-                           f"which this vLLM lacks: {e}") from e
-    wrap(cls)
-    return {"name": f"{SLOW_STEP}:{pct:g}", "pct": pct, "wraps": f"{module}.{name}.{METHOD}",
-            "busy_work": "host spin as the call starts" if device == "cpu" else
-            "GPU spin kernel on the runner's stream and a host spin as long, as the call "
-            "starts (no sync)"}
-
-
-def arm(runner: Any, pct: float) -> None:
-    """Give this runner instance its own ruler (on its own device); from its next step on,
-    each step that runs the model is slowed by PCT % of the step the harness measures
-    (fed back through `SlowStep.observe_step`)."""
-    method = getattr(type(runner), METHOD, None)
-    if not getattr(method, _MARK, False):
-        raise RuntimeError(f"{SLOW_STEP}:{pct:g}: the engine built "
-                           f"{type(runner).__module__}.{type(runner).__qualname__}, whose "
-                           f"{METHOD} the ruler did not wrap")
-    runner.__dict__[_STATE] = SlowStep(pct, torch.device(runner.device))
-
-
-def ruler_of(runner: Any) -> SlowStep | None:
-    """The runner instance's ruler (None when it is not armed)."""
-    return runner.__dict__.get(_STATE)
+    def record(self) -> dict[str, Any]:
+        """What was applied, for the manifest's fault records."""
+        return {"name": f"{SLOW_STEP}:{self.pct:g}", "pct": self.pct,
+                "wraps": "LLMEngine.step (the harness's timed engine step)",
+                "busy_work": f"host spin at the end of each engine step that scheduled "
+                             f"tokens, {self.pct:g} % of that step's own measured time "
+                             f"(no sync, no op)"}

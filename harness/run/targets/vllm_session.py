@@ -86,12 +86,10 @@ class VllmSession:
         if sync_check:
             self._count_sync_warnings()
         historic, self.ruler_pct = vllm_ruler.split(side.faults)
-        # historic source patches first: a patch recompiles a function from its source, so
-        # the ruler's wrapper goes on top of whatever the class then holds
         self.faults_applied = vllm_faults.apply(historic) if historic else []
-        if self.ruler_pct is not None:
-            self.faults_applied.append(vllm_ruler.install(side.runner, side.device,
-                                                          self.ruler_pct))
+        self.ruler = vllm_ruler.StepRuler(self.ruler_pct) if self.ruler_pct else None
+        if self.ruler is not None:
+            self.faults_applied.append(self.ruler.record())
         self.reads_dispatch = side.device.startswith("cuda")    # CPU vLLM: no graph classes
         if self.reads_dispatch:
             vllm_dispatch.install()      # before the engine exists: its warmup is recorded
@@ -124,8 +122,6 @@ class VllmSession:
                     f" but its {e.instance} engine built {e.runner_class()} ({got})")
             if self.reads_dispatch:
                 vllm_dispatch.serving(e.runner())
-            if self.ruler_pct is not None:       # serving steps only, this engine's own state
-                vllm_ruler.arm(e.runner(), self.ruler_pct)
         self.probes = {name: phases.install(e.runner(), phases.VLLM_V2 if e.uses_v2()
                                             else phases.VLLM_V1)
                        for name, e in self.engines.items()}
@@ -234,6 +230,10 @@ class VllmSession:
                                          f"{e.instance}"), \
                     torch.profiler.record_function(self.step_label):
                 outs = e.step()
+                s = e.last_sched
+                ran = s is not None and bool(s.total_num_scheduled_tokens)
+                # the ruler: inside the timed step, before its tokens are stamped
+                ruler_ms = self.ruler.spin_after(t0) if self.ruler and ran else None
         except Exception as ex:
             if not self.pd:
                 raise
@@ -244,14 +244,7 @@ class VllmSession:
         self._sync_steps += 1
         if self.pd:
             self._attribute_transfer(e, vllm_kv_connector().take_transfer_s())
-        s = e.last_sched
-        ran = s is not None and bool(s.total_num_scheduled_tokens)
         if ran:
-            ruler_ms = None
-            if self.ruler_pct is not None and (ruler := vllm_ruler.ruler_of(e.runner())):
-                # the step as measured here, fed back: the ruler's base is this step
-                ruler_ms = ruler.observe_step((t1 - t0) * 1e3,
-                                              vllm_ruler.step_key(s.total_num_scheduled_tokens))
             self._steps.append(Step(e.instance, len(self._steps), t0, t1,
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
                                     e.kind(s), *clock, ruler_ms=ruler_ms))
