@@ -26,7 +26,7 @@ from .commands import (
     steps,
 )
 from .commands import list as list_
-from .commands.common import run_options
+from .commands.common import percentiles_option, run_options
 from .record.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from .run import (
     interrupts,
@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="also judge each latency ratio (candidate/baseline) against the "
                         "earlier clean passing comparable runs' in this history database "
                         "(V2 against V1 over time; 'not measured' until it holds 3)")
+    percentiles_option(r, "the suite's `percentiles`, else 90,99")
     r.add_argument("--junit-xml", type=Path, metavar="FILE",
                    help="also write the checks as JUnit XML, one test case per check "
                         "(regressions fail with their figures; not gated or not measured: "
@@ -122,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--side", default="candidate", choices=["candidate", "baseline"],
                    help="which side of each run to compare (default candidate)")
     c.add_argument("--out", type=Path)
+    percentiles_option(c, "the base run's")
     c.add_argument("--json", action="store_true")
 
     ib = sub.add_parser("import-bench", help="vllm bench serve/latency JSON -> a results "

@@ -5,7 +5,8 @@ a V2-against-V1 latency bar has to absorb that difference, and a real V2-only sl
 6 % passed it. What does not change from night to night is the difference itself: each
 latency check's candidate/baseline estimate is stored in the history (`history.RATIO`), and
 with `--history DB` a run judges its own estimate against those of the earlier clean passing
-runs of the same comparison (target, suite, device, model, both sides' runners and builds):
+runs of the same comparison (target, suite, device, model, both sides' runners; two builds
+of one runner are one line, history.group_label):
 a V2-only slowdown moves the ratio, a slower machine moves both sides.
 
 The test is stats_across_runs.prediction_shift_t on log ratios (the earlier runs' spread holds the

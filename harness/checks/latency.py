@@ -9,6 +9,7 @@ disturb is left out, and a tail of too few independent samples is reported, not 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,8 @@ def _total(rows: list[dict], column: str) -> int | float:
     return int(sum(vals)) if vals else math.nan
 
 
-def latency_summary(side: SideResult) -> dict[str, Any]:
+def latency_summary(side: SideResult, percentiles: Sequence[float] = PERCENTILES
+                    ) -> dict[str, Any]:
     """The side's figures, under `vllm bench serve`'s field names wherever vLLM reports the
     same figure (record/metrics.py says why), then mrbench's own.
 
@@ -73,14 +75,15 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
     time of its waves), completed and failed requests (failed: a row with an `error`, as an
     import has; NaN without request rows), total_input_tokens and total_output_tokens (of
     the completed requests), request_throughput, output_throughput and
-    total_token_throughput (per second of duration), and mean_/median_/std_/pNN_ X _ms for
-    X in ttft, tpot, itl and e2el, pNN over metrics.PERCENTILES (fixed: vLLM's default
-    P99, and P90). NaN (null in summary.json) where the side has no such data.
+    total_token_throughput (per second of duration), mean_/median_/std_/pNN_ X _ms for X
+    in ttft, tpot, itl and e2el, pNN over `percentiles` (the run's choice, as vLLM's
+    --metric-percentiles: metrics.PERCENTILES unless the suite or --percentiles says),
+    and where the side speculated the spec_decode_* figures (spec_summary). NaN (null in
+    summary.json) where the side has no such data.
 
     mrbench's own: the same statistics of the engine step (X = step) and of the queueing,
     KV hand-off and prefill times where the engine reported them, distribution-free CIs of
-    the step percentiles, the slow-step ruler's share, the engine's counters and the
-    spec-decode figures (spec_summary)."""
+    the step percentiles, the slow-step ruler's share and the engine's counters."""
     ok = [r for r in side.requests if not r.get("error")]
     done, failed = (len(ok), len(side.requests) - len(ok)) if side.requests else (math.nan,) * 2
     duration = side.wall_s or math.nan
@@ -91,7 +94,7 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
         request_throughput=done / duration, output_throughput=n_out / duration,
         total_token_throughput=(n_in + n_out) / duration)
     for name, (table, col) in SUMMARY_FIELDS.items():
-        out.update(_statistics(name, _samples(side, table, col)))
+        out.update(_statistics(name, _samples(side, table, col), percentiles))
     steps = _samples(side, "steps", "duration_ms")
     for q in (50, 90, 99):                      # distribution-free CIs of the step percentiles
         ci = stats.percentile_ci_order_statistic(steps, q, level=0.95)
@@ -99,7 +102,7 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
     for name in ("queue", "kv_handoff", "prefill"):
         x = _samples(side, "requests", f"{name}_ms")
         if len(x):
-            out.update(_statistics(name, x))
+            out.update(_statistics(name, x, percentiles))
     ruler = ruler_added_pct(side)
     if ruler is not None:
         out["ruler_added_pct"] = ruler
@@ -108,9 +111,10 @@ def latency_summary(side: SideResult) -> dict[str, Any]:
     return out
 
 
-def _statistics(name: str, samples: np.ndarray) -> dict[str, float]:
+def _statistics(name: str, samples: np.ndarray, percentiles: Sequence[float]
+                ) -> dict[str, float]:
     """mean_/median_/std_/pNN_ `name` _ms of `samples` (vLLM's process_one_metric)."""
-    s = stats.summarize_latency(samples, PERCENTILES)
+    s = stats.summarize_latency(samples, percentiles)
     return {f"{stat}_{name}_ms": v for stat, v in s.items() if stat not in ("max", "n")}
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from mrbench.contract import BadInput
 
 from ..record import history
+from ..record.metrics import PERCENTILES
 from ..record.results import RunWriter, check_out, environment, load_side, read_record
 from ..record.run_record import Compared, Manifest, RunSummary
 from ..record.suite import Thresholds
@@ -40,11 +41,13 @@ def recorded_thresholds(manifest: Manifest, workload: str) -> Thresholds:
                                       **overrides.get(entry, {})})
 
 
-def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
-           ) -> tuple[RunSummary, int, Path]:
+def regate(base: Path, cand: Path, out: Path, side: str = "candidate",
+           percentiles: tuple[float, ...] | None = None) -> tuple[RunSummary, int, Path]:
     """Gate `side` of run `cand` against `side` of run `base`, for the workloads both ran.
 
     Thresholds: the base run's suite thresholds, with each workload entry's own overrides.
+    The summary's pNN_: `percentiles` (compare --percentiles), else the base run's (its
+    manifest's; metrics.PERCENTILES for a run before results format 4 recorded them).
     Writes a results directory at `out` (refused first if it is not empty or not
     writable; not rendered: the caller writes its report) and returns (summary, exit code,
     path), the exit code as `mrbench run` gives it. BadInput when a run is not a results
@@ -55,6 +58,7 @@ def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
     if not common:
         raise BadInput(f"{base} and {cand} share no workload")
     check_out(out)
+    percentiles = percentiles or tuple(bm.percentiles or PERCENTILES)
     writer = RunWriter(out)
     checks, metrics = [], {}
     for w in common:
@@ -63,14 +67,15 @@ def regate(base: Path, cand: Path, out: Path, side: str = "candidate"
         c.resolved = cm.resolved_side(w, side)
         writer.add_side(w, "baseline", b)
         writer.add_side(w, "candidate", c)
-        metrics[w] = dict(baseline=latency_summary(b), candidate=latency_summary(c))
+        metrics[w] = dict(baseline=latency_summary(b, percentiles),
+                          candidate=latency_summary(c, percentiles))
         checks += compare(w, b, c, recorded_thresholds(bm, w))
     summary = RunSummary.build(checks, [], suite=f"compare {base.name} -> {cand.name}",
                                target=bs.target, baseline=bs.candidate,
                                candidate=cs.candidate, metrics=metrics)
     manifest = Manifest(**environment(),
                         compared=Compared(base=str(base), cand=str(cand), side=side),
-                        base_manifest=bm, cand_manifest=cm)
+                        percentiles=list(percentiles), base_manifest=bm, cand_manifest=cm)
     return summary, summary.exit_code, writer.commit(manifest, summary)
 
 

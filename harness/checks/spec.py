@@ -7,21 +7,28 @@ over requests (the same prompt on both sides), where the sides count drafts per 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from mrbench.contract import SideResult
 
+from ..record.metrics import SPEC_POSITIONS
 from ..record.run_record import Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from . import stats
 
 
-def spec_summary(side: SideResult) -> dict[str, float]:
-    """vLLM's spec-decode figures: acceptance rate, mean acceptance length, per position.
-    From per-request counts (bundled) or the engine's counters (vLLM's
-    `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens`,
-    `..._num_accepted_tokens_per_pos`, summed over the timed waves)."""
+def spec_summary(side: SideResult) -> dict[str, Any]:
+    """The side's spec-decode figures under `vllm bench serve`'s names and units (its
+    result's spec_decode_* group: record/metrics.py), over the timed waves: counts of
+    drafts, draft tokens and accepted tokens, the acceptance rate in percent, the
+    acceptance length (AL = 1 + accepted / drafts) and the per-position acceptance rates
+    (accepted at position j / drafts, fractions as vLLM gives them; empty without
+    per-position counts, as vLLM's list is). From per-request counts (bundled) or the
+    engine's counters (vLLM's `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`,
+    `..._num_accepted_tokens`, `..._num_accepted_tokens_per_pos`). Empty without drafts:
+    vLLM reports the group only where drafts were made."""
     rows = [r for r in side.requests if r.get("num_drafts") is not None]
     if not rows and side.counters.get("spec_num_drafts"):
         k = side.counters
@@ -35,15 +42,14 @@ def spec_summary(side: SideResult) -> dict[str, float]:
         return {}
     dt = sum(r["num_draft_tokens"] or 0 for r in rows)
     acc = sum(r["num_accepted_tokens"] or 0 for r in rows)
-    out = dict(num_drafts=float(drafts), num_draft_tokens=float(dt),
-               num_accepted_tokens=float(acc), acceptance_rate=acc / dt if dt else math.nan,
-               mean_acceptance_length=1 + acc / drafts)
-    j = 0
-    while any(f"accepted_pos_{j}" in r for r in rows):
-        out[f"acceptance_rate_pos_{j}"] = sum(r.get(f"accepted_pos_{j}") or 0
-                                              for r in rows) / drafts
-        j += 1
-    return out
+    positions = []
+    while any(f"accepted_pos_{len(positions)}" in r for r in rows):
+        j = len(positions)
+        positions.append(sum(r.get(f"accepted_pos_{j}") or 0 for r in rows) / drafts)
+    return {"spec_decode_acceptance_rate": 100 * acc / dt if dt else math.nan,
+            "spec_decode_acceptance_length": 1 + acc / drafts,
+            "spec_decode_num_drafts": int(drafts), "spec_decode_draft_tokens": int(dt),
+            "spec_decode_accepted_tokens": int(acc), SPEC_POSITIONS: positions}
 
 
 def _speculated(side: SideResult) -> bool:
@@ -90,14 +96,14 @@ def spec_check(wl: str, base: SideResult, cand: SideResult,
             return Check(wl, metric, unit, None, None, None, None, None, thr, "-", Verdict.INFO,
                          "not measured: no drafts on either side (requests too short to "
                          "draft?); reported, not judged", **kind)
-        return Check(wl, metric, unit, b["mean_acceptance_length"], None, None, None, None,
-                     thr, "AL = 1 + accepted / drafts (vLLM)", Verdict.ERROR,
+        return Check(wl, metric, unit, b["spec_decode_acceptance_length"], None, None, None,
+                     None, thr, "AL = 1 + accepted / drafts (vLLM)", Verdict.ERROR,
                      f"not measured: the candidate speculated but verified no drafts, the "
-                     f"baseline {int(b['num_drafts'])}", **kind)
-    bal, cal = b.get("mean_acceptance_length"), c["mean_acceptance_length"]
+                     f"baseline {b['spec_decode_num_drafts']}", **kind)
+    bal, cal = b.get("spec_decode_acceptance_length"), c["spec_decode_acceptance_length"]
     pooled = None if bal is None else cal / bal - 1
-    pos = ", ".join(f"{c[k]:.2f}" for k in sorted(c) if k.startswith("acceptance_rate_pos_"))
-    figures = f"acceptance rate {c['acceptance_rate']:.3f}; per position {pos}"
+    pos = ", ".join(f"{x:.2f}" for x in c[SPEC_POSITIONS])
+    figures = f"acceptance rate {c['spec_decode_acceptance_rate']:.1f} %; per position {pos}"
 
     def info(why: str) -> Check:
         return Check(wl, metric, unit, bal, cal, pooled, None, None, thr,

@@ -449,14 +449,15 @@ def mean_diff_welch(a: ArrayLike, b: ArrayLike, level: float = 0.95
 def summarize_latency(samples_ms: ArrayLike, percentiles: Sequence[float] = (50, 90, 99)
                       ) -> dict[str, float | int]:
     """Descriptive latency summary as `vllm bench serve` computes its figures: mean, median,
-    std (numpy's, ddof 0), one ``pNN`` per entry of ``percentiles`` (named as vLLM names
-    them: ``p99``, ``p99.9``) and max (floats), and n (int).
+    std (numpy's, ddof 0), one ``pNN`` per entry of ``percentiles`` (named as vLLM's
+    process_one_metric names them: the whole number where ``q`` is one, ``p99`` for 99 or
+    99.0, else ``str(q)``, ``p99.9``) and max (floats), and n (int).
 
     NaNs (failed requests) are dropped and not counted in n; empty input gives NaNs, n = 0.
     Percentiles use the same 'linear' definition as :func:`percentile`.
     """
     x = _as_1d_float(samples_ms, "samples_ms")
-    keys = [f"p{q:g}" for q in percentiles]
+    keys = [f"p{int(q)}" if int(q) == q else f"p{q}" for q in percentiles]
     if x.size == 0:
         return {**dict.fromkeys(["mean", "median", "std", *keys, "max"], _NAN), "n": 0}
     pct = np.percentile(x, list(percentiles))

@@ -15,6 +15,7 @@ from mrbench.workloads import workloads as known_workloads
 
 from ..measure import canary
 from ..measure.affinity import pin_cpus
+from ..record.metrics import checked_percentiles
 from ..record.results import check_out, write_json
 from ..record.run_record import RunSummary, Verdict
 from ..record.suite import Suite, load_suite, shipped_suites, single_workload_suite
@@ -219,8 +220,32 @@ def named_suite(what: list[str]) -> Suite:
         if len(set(ids)) != len(ids):
             raise BadInput(f"workload ids repeat across {what}; run them separately")
         suite = Suite(name="+".join(s.name for s in suites), thresholds=suites[0].thresholds,
-                      workloads=entries)
+                      percentiles=suites[0].percentiles, workloads=entries)
     return suite
+
+
+def percentiles_option(p: argparse.ArgumentParser, default: str) -> None:
+    """--percentiles, as `vllm bench serve --metric-percentiles` takes it (run, compare)."""
+    p.add_argument("--percentiles", metavar="P,P,...",
+                   help="the percentiles of the summary's pNN_ figures (p50_ttft_ms, "
+                        "p99.9_itl_ms, ...), as vLLM's --metric-percentiles: numbers in "
+                        f"(0, 100], comma-separated; default {default}")
+
+
+def percentiles_of(text: str | None) -> tuple[float, ...] | None:
+    """--percentiles checked (metrics.checked_percentiles), None when not given; BadInput
+    (one line) for anything but numbers in (0, 100]."""
+    if text is None:
+        return None
+    try:
+        values = [float(w) for w in text.split(",")]
+    except ValueError:
+        raise BadInput(f"--percentiles takes numbers, comma-separated (e.g. 50,90,99), got "
+                       f"{text!r}") from None
+    try:
+        return checked_percentiles(values)
+    except ValueError as e:
+        raise BadInput(f"--percentiles {text!r}: {e}") from None
 
 
 def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()

@@ -9,10 +9,11 @@ from mrbench.contract import BadInput
 from ..checks.regate import last_passing_baseline, regate
 from ..record import history
 from ..record.results import default_out
-from .common import print_summary, render_run
+from .common import percentiles_of, print_summary, render_run
 
 
 def main(a: argparse.Namespace) -> int:
+    percentiles = percentiles_of(a.percentiles)
     if a.baseline == "last-pass":
         if len(a.runs) != 1:
             raise BadInput("with --baseline last-pass give only the candidate run")
@@ -23,7 +24,8 @@ def main(a: argparse.Namespace) -> int:
         raise BadInput("compare needs BASE and CAND runs (or CAND with --baseline last-pass)")
     else:
         base, cand = a.runs
-    summary, code, path = regate(base, cand, a.out or default_out("compare"), a.side)
+    summary, code, path = regate(base, cand, a.out or default_out("compare"), a.side,
+                                 percentiles)
     render_run(path)
     print_summary(summary, path, a.json)
     return code

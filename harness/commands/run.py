@@ -12,18 +12,20 @@ from ..record.results import default_out
 from ..run import interrupts
 from ..run.orchestrate import run_suite
 from ..show.junit import write_junit
-from .common import isolation_of, print_summary, render_run, suite_and_sides
+from .common import isolation_of, percentiles_of, print_summary, render_run, suite_and_sides
 
 
 def main(a: argparse.Namespace) -> int:
     if a.junit_xml is not None and a.junit_xml.is_dir():
         raise BadInput(f"--junit-xml {a.junit_xml} is a directory; name a file")
     suite, base, cand, overrides = suite_and_sides(a, tuple(a.fault))
+    percentiles = percentiles_of(a.percentiles)
     out = a.out or default_out(suite.name)
     try:
         summary, code, path = run_suite(suite, base, cand, overrides, out,
                                         save_reference=a.save_reference,
-                                        isolation=isolation_of(a), history_db=a.history)
+                                        isolation=isolation_of(a), history_db=a.history,
+                                        percentiles=percentiles)
     except RunInterrupted as e:         # the finished workloads are written: report them
         with interrupts.held():
             render_run(e.path)

@@ -19,7 +19,11 @@ no copy of the table. NULL means no vLLM was recorded: the bundled runner, an im
 Metric names (schema 3) are vLLM's where `vllm bench serve` reports the same figure
 (record/metrics.py): the migration from schema 2 renames what older mrbench stored
 (p99_e2e_ms -> p99_e2el_ms, its `judged:` and `ratio:` rows, output_tokens ->
-total_output_tokens), so a trend runs on across the rename under one name.
+total_output_tokens), so a trend runs on across the rename under one name. Schema 4 does
+the same for the sides' spec-decode figures (num_drafts -> spec_decode_num_drafts, ...;
+acceptance_rate, a fraction, -> spec_decode_acceptance_rate in percent); the check
+`mean_acceptance_length` keeps its name and rows. Older acceptance_rate_pos_J rows stay as
+they are: a run now gives those as one list, which the history (numbers only) leaves out.
 
 Writes: only `add` writes, in one transaction (BEGIN IMMEDIATE ... COMMIT), after every
 run directory was read and checked; an older file (schema 1 or 2) is migrated in place
@@ -43,11 +47,11 @@ from typing import Any
 
 from mrbench.contract import BadInput
 
-from .metrics import LATENCY, current_name
+from .metrics import LATENCY, SPEC_RENAMED, current_name
 from .results import read_run
 from .run_record import RunVerdict, Verdict, judged_across_runs
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 DEFAULT_DB = Path("results") / "history.sqlite"
 CHECK_METRICS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_strict",
                  "token_agreement", "mean_acceptance_length", "state_audit_violations",
@@ -69,13 +73,31 @@ CREATE TABLE metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id), workload TEXT NOT NULL, side TEXT NOT NULL,
     metric TEXT NOT NULL, value REAL, PRIMARY KEY (run_id, workload, side, metric));
 """
+
+
+def _spec_decode_names() -> list[str]:
+    """Schema 4's statements: each side's spec-decode row under vLLM's name, its value in
+    vLLM's unit (metrics.SPEC_RENAMED; where a run has both, the row so named is kept).
+    The row of the check named like an old figure (mean_acceptance_length, a
+    CHECK_METRICS row too) is copied, not moved: the check keeps its name."""
+    out = []
+    for old, (new, factor) in SPEC_RENAMED.items():
+        out.append(f"INSERT OR IGNORE INTO metrics SELECT run_id, workload, side, '{new}', "
+                   f"value * {factor} FROM metrics WHERE metric = '{old}'")
+        if old not in CHECK_METRICS:
+            out.append(f"DELETE FROM metrics WHERE metric = '{old}'")
+    return out
+
+
 # schema version -> (the next version, the statements that reach it). 3: metric names as
 # vLLM names them (p99_e2e_ms -> p99_e2el_ms, judged:/ratio: and the summary's figures
 # alike; metrics.current_name, which _migrate registers as an SQL function); where a run
-# had both names (an older import), the row already so named is kept
+# had both names (an older import), the row already so named is kept. 4: the spec-decode
+# figures as vLLM names them
 _MIGRATIONS = {"1": ("2", [f"ALTER TABLE runs ADD COLUMN {c} TEXT" for c in BUILD_COLUMNS]),
                "2": ("3", ["UPDATE OR IGNORE metrics SET metric = current_name(metric)",
-                           "DELETE FROM metrics WHERE metric != current_name(metric)"])}
+                           "DELETE FROM metrics WHERE metric != current_name(metric)"]),
+               "3": ("4", _spec_decode_names())}
 
 
 # ---- manifest and summary, as dicts or typed records ----------------------------------------
@@ -184,6 +206,19 @@ def build_identity(manifest: Any) -> dict[str, str | None]:
     return out
 
 
+BUILD_LINE = "build"      # a side's build in a group key: any build of its runner
+
+
+def group_label(label: str | None) -> str | None:
+    """A side's label as the history groups it: `v2@night-42` (a build's folder) is
+    `v2@build`. Two builds of one runner are one line of runs whatever the builds' folders
+    are called (tonight's against the last good, a new folder each night); which vLLM each
+    side ran is in the version and commit columns, which attribute a change."""
+    if label is None or "@" not in label:
+        return label
+    return f"{label.split('@', 1)[0]}@{BUILD_LINE}"
+
+
 def record_of(manifest: Any, summary: Any, run_dir: Path
               ) -> tuple[dict, list[tuple[str, str, str, float]]]:
     """run_record from a run's manifest and summary (dicts or typed records; also before
@@ -195,8 +230,9 @@ def record_of(manifest: Any, summary: Any, run_dir: Path
     run = dict(run_dir=str(run_dir.resolve()), git_sha=_text(_get(manifest, "git_sha")),
                created=_text(_get(manifest, "created")) or "",
                target=_text(_get(summary, "target")), suite=_text(_get(summary, "suite")),
-               device=_text(dev), model=_text(model), baseline=_text(_get(summary, "baseline")),
-               candidate=_text(_get(summary, "candidate")),
+               device=_text(dev), model=_text(model),
+               baseline=group_label(_text(_get(summary, "baseline"))),
+               candidate=group_label(_text(_get(summary, "candidate"))),
                faults=json.dumps(list(_get(summary, "candidate_faults") or [])),
                verdict=_text(_get(summary, "verdict")), **build_identity(manifest))
     values: dict[tuple[str, str, str], float] = {}
@@ -215,10 +251,14 @@ def record_of(manifest: Any, summary: Any, run_dir: Path
                     and isinstance(delta, (int, float)):
                 # the run's candidate/baseline estimate, which later runs are judged against
                 values[(wl, "candidate", f"{RATIO}{metric}")] = float(delta)
-        if metric in CHECK_METRICS:
+        if metric in CHECK_METRICS or metric in LATENCY:
             for side in SIDES:
                 v = _get(c, side)
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                # a gated latency's figure is the summary's, unless the run's percentiles
+                # left it out (run --percentiles 50,99.9: no p99_ttft_ms), so that its
+                # trend (history report --absolute-latency) has every run
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and (
+                        metric in CHECK_METRICS or (wl, side, metric) not in values):
                     values[(wl, side, metric)] = float(v)
     return run, [(w, s, k, v) for (w, s, k), v in values.items()]
 

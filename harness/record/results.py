@@ -15,7 +15,10 @@ same way. The manifest carries `results_format`; a reader refuses a newer format
 added each check's `delta_kind` and `bar`; a format-1 run reads with them UNKNOWN / None.
 Format 3 names every figure `vllm bench serve` also reports by vLLM's name (p99_e2el_ms,
 mean_e2el_ms, total_output_tokens, ...: record/metrics.py); an older run's checks and
-figures read under those names (run_record's validators).
+figures read under those names (run_record's validators). Format 4 does the same for the
+spec-decode figures (spec_decode_*, the acceptance rate in percent; an older run's
+num_drafts, acceptance_rate, ... read so converted) and records in the manifest the
+percentiles of the summary's pNN_ figures, which a suite or --percentiles now chooses.
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ from .run_record import Manifest, RunSummary, RunVerdict, json_safe
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("requests", "itl", "steps", "profile", "audits", "dispatch")
-RESULTS_FORMAT = 3    # the layout of a results directory; bump it when a reader must change
+RESULTS_FORMAT = 4    # the layout of a results directory; bump it when a reader must change
 TEXT_COLUMNS = ("workload", "side")    # read as text: a workload named "1" stays "1"
 
 

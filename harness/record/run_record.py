@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from .errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
-from .metrics import current_name
+from .metrics import current_figures, current_name
 
 
 class Verdict(enum.StrEnum):
@@ -256,17 +256,6 @@ class ImportedRun(_Record):
     notes: list[str] = []
 
 
-def _current_keys(figures: dict[str, Any]) -> dict[str, Any]:
-    """`figures` with each key as metrics.current_name names it; an older key whose
-    current name is also there is dropped (the current one is kept)."""
-    out = {}
-    for key, v in figures.items():
-        new = current_name(key)
-        if new == key or new not in figures:
-            out[new] = v
-    return out
-
-
 EXIT_OF = {RunVerdict.ERROR: EXIT_RUN_FAILED, RunVerdict.REGRESSION: EXIT_REGRESSION}
 
 
@@ -297,11 +286,10 @@ class RunSummary(_Record):
     @classmethod
     def _current_figure_names(cls, metrics: dict[str, dict[str, dict[str, Any]]]
                               ) -> dict[str, dict[str, dict[str, Any]]]:
-        """The figures of a run written before results format 3 read under vLLM's names
-        (mean_e2e_ms -> mean_e2el_ms, output_tokens -> total_output_tokens:
-        metrics.current_name). Where a side held both (an older import kept vLLM's
-        mean_e2el_ms beside its own mean_e2e_ms), the figure already so named is kept."""
-        return {wl: {side: _current_keys(figures) for side, figures in sides.items()}
+        """The figures of an older run read under vLLM's names and units: before results
+        format 3 mean_e2e_ms and output_tokens, before format 4 mrbench's own spec-decode
+        names with the acceptance rate a fraction (metrics.current_figures)."""
+        return {wl: {side: current_figures(figures) for side, figures in sides.items()}
                 for wl, sides in metrics.items()}
 
     @classmethod
@@ -378,6 +366,9 @@ class Manifest(Environment):
     workloads: dict[str, dict[str, Any]] = {}
     engines: dict[str, Any] | None = None
     resolved: dict[str, dict[str, dict[str, Any]]] = {}
+    # the percentiles of the summary's pNN_ figures (the suite's or --percentiles); None:
+    # a run before results format 4, whose figures have P90 and P99 (metrics.PERCENTILES)
+    percentiles: list[float] | None = None
     imported: dict[str, Any] | None = None        # an import's sources (import-bench)
     importer: Environment | None = None           # where the import was made
     compared: Compared | None = None

@@ -22,7 +22,7 @@ from pydantic import (
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload
 
-from .metrics import LATENCY_METRICS, current_name
+from .metrics import LATENCY_METRICS, PERCENTILES, checked_percentiles, current_name
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
 
@@ -92,8 +92,16 @@ class Suite(BaseModel):
     name: str
     description: str = ""
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    # the summary's pNN_ statistics, as `vllm bench serve --metric-percentiles` chooses
+    # them; `mrbench run --percentiles` overrides
+    percentiles: tuple[float, ...] = PERCENTILES
     engine_args: dict[str, Any] = {}      # every entry's, under the entry's own (folded in)
     workloads: list[WorkloadEntry] = Field(min_length=1)
+
+    @field_validator("percentiles")
+    @classmethod
+    def _checked_percentiles(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        return checked_percentiles(v)
 
     @model_validator(mode="after")
     def _fold_engine_args(self) -> "Suite":

@@ -63,7 +63,7 @@ from mrbench.contract import BadInput, SideResult
 
 from ..checks import stats
 from ..checks.latency import latency_summary
-from ..record.metrics import LATENCY
+from ..record.metrics import LATENCY, PERCENTILES, SPEC_POSITIONS
 from ..record.results import RunWriter, check_out, environment
 from ..record.run_record import NOT_GATED, Check, DeltaKind, Manifest, RunSummary, Verdict
 
@@ -307,12 +307,13 @@ def _parse(paths: Sequence[Path]) -> list[_File]:
     return files
 
 
-def _file_figures(files: list[_File]) -> dict[str, float]:
+def _file_figures(files: list[_File]) -> dict[str, Any]:
     """The files' own figures, which the summary keeps over what mrbench computes from the
     rows (vLLM's exact values, and the counts of requests the rows lack). One file: its
-    numbers as they stand. Several: vllm bench latency's statistics recomputed from the
-    pooled iterations; serve's counts summed and its throughputs over the summed duration
-    (the latency statistics are latency_summary's, of the pooled rows)."""
+    numbers as they stand, and its per-position acceptance rates (a list). Several: vllm
+    bench latency's statistics recomputed from the pooled iterations; serve's counts
+    summed and its throughputs over the summed duration (the latency statistics are
+    latency_summary's, of the pooled rows)."""
     if len(files) == 1:
         out = {}
         for key, v in files[0].data.items():
@@ -320,6 +321,8 @@ def _file_figures(files: list[_File]) -> dict[str, float]:
                 out[key] = float(v)
             elif key == "percentiles" and isinstance(v, dict):
                 out.update({f"percentiles.{p}": float(x) for p, x in v.items() if _is_num(x)})
+            elif key == SPEC_POSITIONS and isinstance(v, list) and all(map(_is_num, v)):
+                out[key] = [float(x) for x in v]
         return out
     if files[0].kind == "latency":
         lat = np.array([r["e2e_ms"] for f in files for r in f.requests]) / 1e3
@@ -422,7 +425,7 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                     workloads={wl: dict(workload=wl, entry=wl, params=setup,
                                         source=[s["path"] for s in src],
                                         items=len(res.requests))},
-                    resolved={wl: {side: res.resolved}})
+                    resolved={wl: {side: res.resolved}}, percentiles=list(PERCENTILES))
     summary = RunSummary.build(
         checks, [], suite=wl, target=TARGET, baseline=label if side == "baseline" else None,
         candidate=label if side == "candidate" else None, candidate_faults=[],

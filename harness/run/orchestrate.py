@@ -236,7 +236,8 @@ class Recorder:
             res.resolved = dict(res.resolved, engine_start=done.starts.get(side))
             self.writer.add_side(wid, side, res)
             self.resolved.setdefault(wid, {})[side] = res.resolved
-            self.metrics.setdefault(wid, {})[side] = latency_summary(res)
+            self.metrics.setdefault(wid, {})[side] = latency_summary(res,
+                                                                     self.plan.percentiles)
             self.saved.setdefault(side, {})[wid] = dict(params=params.model_dump(),
                                                         profile=res.profile)
         if len(results) == 2:
@@ -278,7 +279,7 @@ class Recorder:
                        for w in plan.workloads},
             engines=dict(plan=plan.engines.to_dict(), starts=engines.starts,
                          wall_s=round(sum(x["start_s"] for x in engines.starts), 3)),
-            resolved=self.resolved)
+            resolved=self.resolved, percentiles=list(plan.percentiles))
 
     def record(self, executed: Executed, engines: EnginesUsed) -> tuple[RunSummary, Path]:
         """Write the run to the plan's `out`: (summary, path). An interrupted run is
@@ -317,14 +318,17 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
               save_reference: bool = False,
               isolation: Isolation | None = None,
               bank: EngineBank | None = None,
-              history_db: Path | None = None) -> tuple[RunSummary, int, Path]:
+              history_db: Path | None = None,
+              percentiles: tuple[float, ...] | None = None) -> tuple[RunSummary, int, Path]:
     """Run `suite`, write it to `out`: (summary, exit code, path). `bank`: engines lent by
     a campaign, kept resident after the run for its next one (while both sides stay
     unchanged); without one, the run's engines are closed at its end. `history_db`: also
     judge each latency ratio against the earlier passing comparable runs' there
-    (harness.history_gate)."""
+    (harness.history_gate). `percentiles`: the summary's pNN_ (--percentiles; None: the
+    suite's)."""
     plan = plan_run(suite, base, cand, overrides, out, isolation or Isolation(),
-                    save_reference=save_reference, history_db=history_db)
+                    save_reference=save_reference, history_db=history_db,
+                    percentiles=percentiles)
     own_bank = bank is None
     bank = bank or EngineBank(plan.isolation.bank_settings())
     bank.begin_run(plan.isolation.bank_settings())

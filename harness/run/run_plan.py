@@ -141,6 +141,7 @@ class RunPlan:
     not_here: dict[str, dict[str, str]]         # {workload: {side: why this machine can't}}
     engines: EnginePlan                         # the engines of the others
     out: Path
+    percentiles: tuple[float, ...]              # the summary's pNN_ (--percentiles, suite)
     save_reference: bool = False
     history_db: Path | None = None
 
@@ -254,10 +255,12 @@ def _plan_engines(workloads: list[PlannedWorkload], specs: dict[str, SideSpec],
 
 def plan_run(suite: Suite, base: SideSpec, cand: SideSpec, overrides: Overrides, out: Path,
              isolation: Isolation, *, save_reference: bool = False,
-             history_db: Path | None = None) -> RunPlan:
+             history_db: Path | None = None,
+             percentiles: tuple[float, ...] | None = None) -> RunPlan:
     """The plan of a run of `suite`, every input validated (BadInput, one line, for the
     first bad one). Reads the datasets and asks the targets about the sides; starts no
-    engine."""
+    engine. `percentiles`: the summary's pNN_ chosen on the command line (checked there,
+    metrics.checked_percentiles), over the suite's `percentiles`."""
     isolation.validate()
     if isolation.in_process and (base.build or cand.build):
         raise BadInput("--in-process runs engines in the harness's own environment: a side "
@@ -284,5 +287,5 @@ def plan_run(suite: Suite, base: SideSpec, cand: SideSpec, overrides: Overrides,
     ordered, engines = _plan_engines(workloads, specs, targets, iso, set(not_here))
     return RunPlan(suite=suite, specs=specs, targets=targets, isolation=iso,
                    workloads=tuple(workloads), ordered=tuple(ordered), not_here=not_here,
-                   engines=engines, out=out, save_reference=save_reference,
-                   history_db=history_db)
+                   engines=engines, out=out, percentiles=percentiles or suite.percentiles,
+                   save_reference=save_reference, history_db=history_db)

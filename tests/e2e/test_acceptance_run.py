@@ -44,7 +44,8 @@ def test_clean_v2_passes_the_acceptance_gate(suite, tmp_path):
     assert al["baseline"] == al["candidate"] > 1.2 and al["delta"] == 0.0
     assert "over 8 paired requests" in al["method"]
     m = summary["metrics"][WL]
-    assert m["candidate"]["num_drafts"] > 0 and m["baseline"]["num_drafts"] > 0
+    assert m["candidate"]["spec_decode_num_drafts"] > 0
+    assert m["baseline"]["spec_decode_num_drafts"] > 0
 
 
 def test_strict_acceptance_is_an_acceptance_regression_with_the_same_tokens(suite, tmp_path):

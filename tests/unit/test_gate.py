@@ -103,10 +103,11 @@ def test_spec_summary_follows_vllm_definitions():
             dict(num_drafts=10, num_draft_tokens=20, num_accepted_tokens=8,
                  accepted_pos_0=6, accepted_pos_1=2)]
     s = spec_summary(SideResult(requests=reqs))
-    assert s["acceptance_rate"] == pytest.approx(20 / 40)
-    assert s["mean_acceptance_length"] == pytest.approx(1 + 20 / 20)
-    assert s["acceptance_rate_pos_0"] == pytest.approx(14 / 20)
-    assert s["acceptance_rate_pos_1"] == pytest.approx(6 / 20)
+    assert s["spec_decode_acceptance_rate"] == pytest.approx(100 * 20 / 40)     # percent
+    assert s["spec_decode_acceptance_length"] == pytest.approx(1 + 20 / 20)
+    assert (s["spec_decode_num_drafts"], s["spec_decode_draft_tokens"],
+            s["spec_decode_accepted_tokens"]) == (20, 40, 20)
+    assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([14 / 20, 6 / 20])
     assert spec_summary(SideResult(requests=[dict(output_tokens=3)])) == {}
 
 

@@ -67,6 +67,22 @@ def test_a_step_in_the_newest_run_exits_1_and_names_its_vllm_commit(tmp_path, ca
     assert f"from run 8 (2026-11-08, vLLM {commit(8)[:10]} (0.26.1)" in out
 
 
+def test_two_build_nights_are_one_line_whatever_their_build_folders(tmp_path, capsys):
+    """The two-build nightly names a new folder each night (tonight's build against the
+    last good one); the history groups them as one line, so the night a build changes the
+    counts is named by its vLLM commit."""
+    runs = [_run(tmp_path, day, ops=100.0 if day < 8 else 104.0,
+                 candidate=f"v2@night-{day:02d}", baseline=f"v2@night-{day - 1:02d}")
+            for day in range(1, 9)]
+    db = _history(tmp_path, runs)
+    assert list(history.series(db)) == [("vllm", "nightly", "cuda", "m", "v2@build",
+                                         "v2@build")]
+    code, out, err = _report(db, tmp_path, capsys)
+    assert code == 1, (out, err)
+    assert commit(8)[:10] in out.strip().splitlines()[-1]
+    assert history.group_label("v1") == "v1" and history.group_label(None) is None
+
+
 def test_a_flat_history_exits_0(tmp_path, capsys):
     db = _history(tmp_path, [_run(tmp_path, day, ratio=1.0 + 0.01 * (day % 3))
                              for day in range(1, 11)])

@@ -1,11 +1,11 @@
 """The latency ratio judged against the history (V2 against V1 over time): the prediction
 test, which earlier runs count, and "not measured" until there are enough."""
-import json
 import math
 
 import numpy as np
 import pytest
 from scipy import stats as st
+from support.history_runs import write_comparison_run
 
 from mrbench.harness.checks import stats_across_runs
 from mrbench.harness.checks.history_gate import ratio_checks
@@ -22,15 +22,8 @@ def _check(delta, verdict="pass", metric="median_step_ms"):
 
 
 def _run(root, name, delta, verdict="pass", faults=(), candidate="v2", day=1):
-    d = root / name
-    d.mkdir()
-    (d / "manifest.json").write_text(json.dumps(dict(
-        results_format=1, created=f"2026-11-{day:02d}T00:00:00",
-        resolved=dict(g=dict(candidate=dict(model="m", device="cuda"))))))
-    (d / "summary.json").write_text(json.dumps(dict(
-        verdict=verdict, suite="s", target="vllm", baseline="v1", candidate=candidate,
-        candidate_faults=list(faults), metrics={}, checks=[_check(delta, verdict)])))
-    return d
+    return write_comparison_run(root, name, [_check(delta, verdict)], day, verdict, faults,
+                                candidate)
 
 
 LIKE = dict(target="vllm", suite="s", device="cuda", model="m", baseline="v1",
@@ -73,7 +66,7 @@ def test_a_shift_under_the_bar_passes_even_when_significant(db):
 
 
 def test_too_few_earlier_runs_or_no_history_is_not_measured(db, tmp_path):
-    other = dict(LIKE, candidate="v2@pr")           # one earlier run of that comparison
+    other = dict(LIKE, candidate="v2@build")        # one earlier run of two builds of v2
     [c] = ratio_checks([_check(0.9)], other, db, lambda w: TH)
     assert c["verdict"] == "info" and c["note"].startswith("not measured: 1 earlier")
     [c] = ratio_checks([_check(0.9)], LIKE, tmp_path / "none.sqlite", lambda w: TH)

@@ -3,6 +3,8 @@ before any engine starts (so bad input never leaves a partial run)."""
 import pytest
 
 from mrbench.contract import BadInput
+from mrbench.harness.cli import main
+from mrbench.harness.record.metrics import PERCENTILES
 from mrbench.harness.record.suite import load_suite
 from mrbench.harness.run.run_plan import Isolation, Overrides, plan_run
 from mrbench.harness.run.targets.base import SideSpec
@@ -53,3 +55,46 @@ def test_bad_input_is_refused_before_any_engine(kwargs, needle, no_engine, tmp_p
     with pytest.raises(BadInput, match=needle):
         plan_run(suite, args["base"], args["cand"], args["overrides"], tmp_path / "run",
                  args["isolation"], save_reference=save)
+
+
+SMOKE = """name: smoke-pnn
+percentiles: [99.9, 50]
+workloads:
+  - {id: gsm8k, workload: gsm8k, params: {mode: colocated, limit: 4}}
+"""
+
+
+def test_the_percentiles_are_the_command_lines_over_the_suites(data_dir, no_engine, tmp_path):
+    """The summary's pNN_, as vLLM's --metric-percentiles chooses them: metrics.PERCENTILES
+    by default, a suite's `percentiles` (ascending), --percentiles over both."""
+    assert load_suite("smoke").percentiles == PERCENTILES
+    (tmp_path / "s.yaml").write_text(SMOKE)
+    suite = load_suite(str(tmp_path / "s.yaml"))
+    assert suite.percentiles == (50.0, 99.9)
+    plan = plan_run(suite, BASE, CAND, Overrides(), tmp_path / "run", Isolation())
+    assert plan.percentiles == (50.0, 99.9)
+    plan = plan_run(suite, BASE, CAND, Overrides(), tmp_path / "run", Isolation(),
+                    percentiles=(75.0,))
+    assert plan.percentiles == (75.0,)
+
+
+@pytest.mark.parametrize("given,needle", [
+    ("50,abc", "--percentiles takes numbers, comma-separated"),
+    ("", "--percentiles takes numbers"),
+    ("0,50", "percentile 0 is not in (0, 100]"),
+    ("50,100.5", "percentile 100.5 is not in (0, 100]"),
+    ("nan", "percentile nan is not in (0, 100]"),
+])
+def test_bad_percentiles_are_one_line_and_exit_2(given, needle, no_engine, tmp_path, capsys):
+    for cmd in (["run", "smoke", "--out", str(tmp_path / "run")],
+                ["compare", str(tmp_path / "a"), str(tmp_path / "b")]):
+        assert main([*cmd, "--percentiles", given]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_suites_bad_percentiles_are_one_line(tmp_path):
+    (tmp_path / "s.yaml").write_text(SMOKE.replace("[99.9, 50]", "[50, 101]"))
+    with pytest.raises(BadInput, match=r"percentiles: .*percentile 101 is not in"):
+        load_suite(str(tmp_path / "s.yaml"))

