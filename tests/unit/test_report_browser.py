@@ -150,12 +150,14 @@ def test_a_report_with_regressions_and_failures_reads_at_a_glance(tmp_path):
 @pytest.mark.slow
 def test_a_smoke_runs_report_reads_at_a_glance_in_chromium(tmp_path, data_dir, capsys):
     """A real `mrbench run smoke` (bundled target, CPU): its report as Chromium shows it.
-    MRBENCH_REPORT_SCREENSHOT=FILE keeps the first screen as a PNG to look at."""
+    The first screen is saved as first-screen.png in the test's temporary directory;
+    MRBENCH_REPORT_SCREENSHOT=FILE saves it there instead, to look at."""
     _chromium()
     pytest.importorskip("websockets.sync.client", reason="websockets drives Chromium")
     out = tmp_path / "smoke"
     code = main(["run", "smoke", "--out", str(out)])
     assert code in (0, 1), capsys.readouterr().err[-3000:]     # pass or regression: judged
-    keep = os.environ.get("MRBENCH_REPORT_SCREENSHOT")
-    seen = open_in_chromium(out / "report.html", tmp_path, Path(keep) if keep else None)
+    shot = Path(os.environ.get("MRBENCH_REPORT_SCREENSHOT") or tmp_path / "first-screen.png")
+    seen = open_in_chromium(out / "report.html", tmp_path, shot)
     assert_reads_at_a_glance(seen)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
