@@ -15,8 +15,7 @@ from ..record.run_record import ACROSS_RUNS, Check, Verdict
 # Why one run cannot judge vLLM's V2 against V1 on latency: their difference is by design and
 # moves from one pair of engine instances to the next by more than a regression's size
 RUNNERS_DIFFER = (f"{ACROSS_RUNS}: vLLM's V2 and V1 differ by design, and by more from one "
-                  f"engine start to the next than a regression (under PD on an H200, V2's "
-                  f"median step ran +11 % to +45 % over V1's across 6 runs); "
+                  f"engine start to the next than a regression (docs/checks.md); "
                   f"`--history` judges this ratio against earlier runs', or compare two "
                   f"builds of one runner")
 
