@@ -8,6 +8,7 @@ import torch
 
 from .errors import RunnerError
 from .faults import FaultSet
+from .logprobs import LOGPROBS_MODES
 
 RUNNERS = ("v2", "v1")
 SPEC_METHODS = ("ngram", "draft")
@@ -26,6 +27,7 @@ class EngineConfig:
     max_model_len: int | None = None      # None = the model's max_position_embeddings
     block_size: int = 16
     num_kv_blocks: int | None = None      # None = enough for max_num_seqs full-length requests
+    enable_prefix_caching: bool = False   # vLLM's name: reuse cached full blocks of a prefix
     num_speculative_tokens: int = 0
     speculative_method: str = "ngram"
     draft_model: str | None = None        # HF directory of the draft model (method "draft")
@@ -39,6 +41,7 @@ class EngineConfig:
     enforce_eager: bool = False           # V2 on CUDA: no CUDA graphs (vLLM's enforce_eager)
     async_scheduling: bool = False        # V2: schedule step n+1 while step n runs (vLLM's
                                           # --async-scheduling); k = 0, colocated only
+    logprobs_mode: str = "raw_logprobs"   # one of LOGPROBS_MODES (vLLM's engine option)
 
     def __post_init__(self) -> None:
         if not isinstance(self.faults, FaultSet):
@@ -48,6 +51,9 @@ class EngineConfig:
         if self.speculative_method not in SPEC_METHODS:
             raise RunnerError(
                 f"speculative_method must be one of {SPEC_METHODS}, got {self.speculative_method!r}")
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise RunnerError(f"logprobs_mode must be one of {LOGPROBS_MODES}, "
+                              f"got {self.logprobs_mode!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             if getattr(self, name) < 1:
                 raise RunnerError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -68,6 +68,58 @@ COVERAGE_FAULTS: dict[str, Fault] = {
               "KV over the first chunk's slots and leaves its own empty. The class of "
               "MRv2's _compute_slot_mappings_kernel bug fixed by PR 36580 (chunked "
               "prefill only), not the kernel's line"),
+        Fault("penalty-slot-reuse", 34662, "stale per-slot penalty statistics on slot reuse",
+              "v2/sampler.py SamplingState._count_admitted: the reset of a penalty "
+              "request's slot is `prompt_mask[slots].zero_()` and "
+              "`output_counts[slots].zero_()`, which zero a copy (tensor indexing copies), "
+              "so the new occupant is penalised for its predecessor's prompt and output "
+              "tokens. The line MRv2's penalties refactor (vLLM PR 34662) carried until "
+              "review replaced it with an assignment; it bites only requests that use "
+              "penalties, on a reused slot"),
+        Fault("partial-prefill-noise", 10097, "seeded stream advanced by a dropped sample",
+              "v2/sampler.py SamplingState.batch_params: a prefill chunk that stops short "
+              "of its prompt (its sample is dropped) still draws its request's noise from "
+              "the request's generator, so a seeded request prefilled in >= 2 chunks "
+              "samples from a shifted stream. The class of vLLM PR 10097, which fixed V1's "
+              "rewind of that generator (by 1 where CUDA's Philox offset moves by 4); the "
+              "bundled runner never rewinds, it never draws"),
+        Fault("min-p-ignored", 13191, "a sampling parameter accepted and never applied",
+              "v2/sampler.py SamplingState.batch_params: min-p is stored per slot and never "
+              "handed to the sampler, so a min-p request samples from its whole tempered "
+              "distribution. vLLM's V1 sampler did so until PR 13191 (issue 12678: 'V1 "
+              "engine ignores ... min-p sampling')"),
+        Fault("processed-logprobs-unmasked", 37144,
+              "processed logprobs not of the distribution sampled",
+              "logprobs.py compute (called by v2/model_runner.py _sample): with "
+              "logprobs_mode processed_logprobs, the logprobs are taken after the "
+              "temperature but before the min-p and top-k / top-p masks, so a request "
+              "sampled from its top-k gets logprobs normalised over the whole vocabulary. "
+              "A stand-in for the class of vLLM PR 37144 (`[Model Runner V2] Fix "
+              "processed logits in sample()`, processed logits that MRv2's sample() "
+              "returns for the logprobs), not its line, which is not reproduced here; the "
+              "tokens are unchanged, so only the logprobs show it"),
+        Fault("resumed-prefill-len", 26385, "a resumed request's recompute fed stale slot state",
+              "v2/states.py RequestState.add_request: a request resumed after preemption "
+              "gets its prompt length as its prefill length, as if its prefill were a fresh "
+              "prompt's, so the rows that recompute its earlier outputs count as decode rows "
+              "and read the slot's last_sampled_tokens and draft_tokens, which a resumed "
+              "request never set (the previous occupant's, or the state audit's poison). "
+              "Only preemption makes prefill_len exceed prompt_len, so nothing else changes. "
+              "A stand-in for the class of vLLM PR 26385 (a resumed request's recompute "
+              "given the wrong input ids) and of the same fix in vLLM's hardware runners "
+              "(vllm-gaudi 1243, tenstorrent/vllm 326: resumed requests classified as "
+              "decode past their prompt); MRv2 keeps prompt_len and prefill_len apart for "
+              "this, and no MRv2 PR of this line was found"),
+        Fault("prefix-hit-slot-mapping", 36580, "wrong KV slots for a prefix-cache hit",
+              "v2/input_batch.py prepare_inputs: the rows of requests admitted in the step "
+              "are mapped to KV slots as if each began its prompt at 0, each token at its "
+              "offset in the query. Exact for a fresh or resumed request (its first chunk "
+              "begins at 0) and for a PD import (a decode row, left alone); a request "
+              "admitted with a cached prefix writes its KV over the cached blocks, which "
+              "other requests share, and leaves its own positions empty. A stand-in: the "
+              "class of MRv2's slot-mapping bug fixed by PR 36580 (a query that starts "
+              "mid-prompt mapped as if it began at 0), on the prefix-cache path; no MRv2 PR "
+              "of this line was found"),
     )
 }
 

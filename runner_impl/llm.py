@@ -19,10 +19,12 @@ from .engine.core import EngineCore, StepRecord
 from .engine.kv_transfer import KVTransport, TensorCopyTransport
 from .engine.request import Request, RequestStatus
 from .errors import RunnerError
+from .logprobs import TokenLogprobs
 from .model.loader import load_model, load_tokenizer
 from .sampling_params import SamplingParams
 from .v1.model_runner import ModelRunnerV1
 from .v2.model_runner import ModelRunnerV2
+from .v2.sampler import MAX_LOGIT_BIAS_TOKENS
 
 Prompt = str | Sequence[int] | dict
 
@@ -34,6 +36,7 @@ class CompletionOutput:
     token_ids: list[int]
     finish_reason: str | None
     stop_reason: str | int | None = None
+    logprobs: list[TokenLogprobs] | None = None   # [i]: token i's (requests that asked)
 
 
 @dataclass
@@ -147,6 +150,20 @@ class LLM:
                               f"{self.max_model_len} (room for >= 1 output token needed)")
         if min(ids) < 0 or max(ids) >= V:
             raise RunnerError(f"prompt token id out of range [0, {V})")
+        if params.logit_bias and max(params.logit_bias) >= V:
+            raise RunnerError(f"logit_bias token id {max(params.logit_bias)} out of range "
+                              f"[0, {V})")
+        if self.config.runner == "v2" and len(params.logit_bias or ()) > MAX_LOGIT_BIAS_TOKENS:
+            raise RunnerError(f"logit_bias has {len(params.logit_bias)} tokens; the v2 runner "
+                              f"holds {MAX_LOGIT_BIAS_TOKENS} a request (as MRv2)")
+        if self.config.num_speculative_tokens and (params.min_p or params.processes_raw_logits):
+            # verification would have to apply them at every draft position (penalties
+            # counting the drafts before it); the bundled runner does not
+            raise RunnerError("min_p, penalties and logit_bias are not implemented with "
+                              "speculative decoding in the bundled runner")
+        if params.logprobs is not None and params.logprobs > V:
+            raise RunnerError(f"SamplingParams.logprobs {params.logprobs} exceeds the "
+                              f"vocabulary ({V} tokens)")
         alloc = self.cores[-1].allocator
         need = len(ids) + 1 + self.config.num_speculative_tokens
         if need > alloc.num_blocks * alloc.block_size:
@@ -205,6 +222,7 @@ class LLM:
         and waits with the request until the decode instance admits it."""
         req: Request = pre.pd_origin
         req.output_token_ids = list(pre.output_token_ids)
+        req.output_logprobs = list(pre.output_logprobs)
         req.token_times = list(pre.token_times)
         req.first_scheduled_time = pre.first_scheduled_time
         req.text = pre.text
@@ -250,7 +268,9 @@ class LLM:
             request_id=req.req_id, prompt_token_ids=req.prompt_token_ids,
             outputs=[CompletionOutput(0, text, list(req.output_token_ids),
                                       req.status.value if req.status.finished else None,
-                                      req.stop_reason)],
+                                      req.stop_reason,
+                                      None if req.sampling_params.logprobs is None
+                                      else list(req.output_logprobs))],
             finished=req.status.finished,
             metrics=RequestMetrics(
                 arrival_time=req.arrival_time, first_scheduled_time=req.first_scheduled_time,

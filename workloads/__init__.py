@@ -11,14 +11,25 @@ from __future__ import annotations
 
 from mrbench.contract import BadInput, Workload
 
-from . import gsm8k, sampled, spec_decode, trace_replay, warmup_coverage
+from . import (
+    gsm8k,
+    logprobs,
+    preemption,
+    prefix_cache,
+    sampled,
+    spec_decode,
+    trace_replay,
+    warmup_coverage,
+)
 from .gsm8k_problems import HELD_OUT_SEEDS
 from .prompts import STOP, gsm8k_prompts
 
 __all__ = ["workloads", "get_workload", "HELD_OUT_SEEDS", "STOP", "gsm8k_prompts"]
 
-_ALL: tuple[Workload, ...] = (gsm8k.WORKLOAD, sampled.WORKLOAD, spec_decode.WORKLOAD,
-                              trace_replay.WORKLOAD, warmup_coverage.WORKLOAD)
+_ALL: tuple[Workload, ...] = (gsm8k.WORKLOAD, logprobs.WORKLOAD, sampled.WORKLOAD,
+                              spec_decode.WORKLOAD, trace_replay.WORKLOAD,
+                              warmup_coverage.WORKLOAD, preemption.WORKLOAD,
+                              prefix_cache.WORKLOAD)
 
 
 def workloads() -> dict[str, Workload]:

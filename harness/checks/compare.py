@@ -23,7 +23,9 @@ from .counts import (
     sync_warnings_check,
 )
 from .coverage import chunk_coverage_check, dispatch_check
+from .kv_cache import preemption_check, prefix_cache_check
 from .latency import latency_check
+from .logprobs import logprobs_check
 from .sides import RUNNERS_DIFFER, _not_gated, cross_engine, same_runner, vllm_runners_differ
 from .spec import spec_check
 from .state import audit_check
@@ -74,7 +76,8 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
         agree = _not_gated(agree, "the runners' samplers differ, so equal seeded streams are "
                                   "not promised (sampled_distribution judges)")
     checks += [accuracy_check(wl, base, cand, th), agree, sampled_check(wl, base, cand, th),
-               chunk_coverage_check(wl, base, cand),
+               chunk_coverage_check(wl, base, cand), preemption_check(wl, base, cand),
+               prefix_cache_check(wl, base, cand),
                sync_check(wl, base, cand, th, relative=not cross),
                sync_warnings_check(wl, base, cand, th),
                count_info(wl, "ops_per_step", "ops", base, cand),
@@ -82,6 +85,11 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                counts_vs_baseline(wl, base, cand, th) if same_runner(base, cand) else None,
                audit_check(wl, cand, th), reference_check(wl, cand, reference, th),
                dispatch_check(wl, base, cand)]
+    logprobs = logprobs_check(wl, base, cand)
+    if logprobs is not None and cross:
+        logprobs = _not_gated(logprobs, "cross-engine logprobs: the kernels differ, so the "
+                                        "rounding bound does not hold; reported, not gated")
+    checks.append(logprobs)
     spec = spec_check(wl, base, cand, th)
     if spec is not None and cross:
         spec = _not_gated(spec, "cross-engine acceptance: reported, not gated")

@@ -26,6 +26,15 @@ def accuracy_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) 
     c = [r.get("correct_strict") for r in cand.requests]
     if not b or any(x is None for x in b + c) or len(b) != len(c):
         return None
+    random = [s for s, side in (("baseline", base), ("candidate", cand))
+              if side.resolved.get("random_weights")]
+    if random:
+        return Check(wl, "accuracy_strict", "fraction", float(np.mean(b)), float(np.mean(c)),
+                     None, None, None, f"-{th.accuracy_drop} and p < {th.alpha}", "-",
+                     Verdict.INFO, "not measured: random weights (the model's mrbench_model.json "
+                     f"says so, on the {' and the '.join(random)}): what it answers "
+                     "measures nothing", delta_kind=DeltaKind.DIFFERENCE,
+                     bar=Bar(kind=BarKind.MAX_DECREASE, value=th.accuracy_drop, alpha=th.alpha))
     mc = stats.mcnemar_exact(b, c)
     ci = stats.paired_diff_proportion_ci(b, c, level=1 - th.alpha)
     delta = float(np.mean(c) - np.mean(b))
@@ -39,21 +48,42 @@ def accuracy_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) 
                  bar=Bar(kind=BarKind.MAX_DECREASE, value=th.accuracy_drop, alpha=th.alpha))
 
 
+def comparable_tokens(base: SideResult, cand: SideResult
+                      ) -> tuple[list[tuple[int, list[int], list[int]]], int]:
+    """(request index, baseline tokens, candidate tokens) of the requests promised equal
+    tokens, and how many were left out: an unseeded sampled request (`sampling_seed` None)
+    is promised no stream, so no token-for-token check compares it."""
+    unseeded = {i for i, r in enumerate(base.requests)
+                if "sampling_seed" in r and r["sampling_seed"] is None}
+    rows = [(i, b, c) for i, (b, c) in enumerate(zip(base.tokens, cand.tokens))
+            if i not in unseeded]
+    return rows, len(unseeded & set(range(min(len(base.tokens), len(cand.tokens)))))
+
+
 def agreement_check(wl: str, base: SideResult, cand: SideResult,
                     th: Thresholds) -> Check | None:
-    div = [first_divergence(b, c) for b, c in zip(base.tokens, cand.tokens)]
+    rows, unseeded = comparable_tokens(base, cand)
+    skipped = f"; {unseeded} unseeded requests not compared" if unseeded else ""
+    div = [first_divergence(b, c) for _, b, c in rows]
     n, agree = len(div), sum(d == -1 for d in div)
+    if n == 0 and unseeded:
+        return Check(wl, "token_agreement", "fraction", None, None, None, None, None,
+                     f"CI upper < {th.agreement_min}", "-", Verdict.INFO,
+                     f"not measured: all {unseeded} requests are unseeded, so no stream is "
+                     "promised equal", delta_kind=DeltaKind.DIFFERENCE,
+                     bar=Bar(kind=BarKind.MIN_VALUE, value=th.agreement_min, alpha=th.alpha))
     if n == 0:                    # no tokens on a side (an imported vllm bench run): no check
         return None
     ci = stats.proportion_ci_wilson(agree, n, level=1 - 2 * th.alpha) if n else None
     rate = agree / n if n else math.nan
     regressed = ci is not None and ci.hi < th.agreement_min
-    note = "greedy tokens equal for every request"
+    note = ("tokens" if is_sampled(cand) else "greedy tokens") + " equal for every request"
     if agree < n:
-        first = min((d, i) for i, d in enumerate(div) if d >= 0)
+        first = min((d, i) for (i, _, _), d in zip(rows, div) if d >= 0)
         note = (f"{n - agree} of {n} requests diverge; earliest at output token {first[0]} "
                 f"(request {first[1]}); median first divergence "
                 f"{int(np.median([d for d in div if d >= 0]))}")
+    note += skipped
     # a regression when the share is below agreement_min significantly: its CI's upper end
     return Check(wl, "token_agreement", "fraction", 1.0, rate, rate - 1.0 if n else None,
                  [ci.lo, ci.hi] if ci else None, None, f"CI upper < {th.agreement_min}",
@@ -157,13 +187,15 @@ def parity_check(wl: str, base: SideResult, cand: SideResult, th: Thresholds) ->
     agree on. Token-level, not request-level: engines differ in kernels, so a near-tie may flip
     once in a long output (and everything after it), which a request-level share would count
     as a whole failed request."""
-    eq, total = token_parity(base.tokens, cand.tokens)
+    rows, unseeded = comparable_tokens(base, cand)
+    eq, total = token_parity([b for _, b, _ in rows], [c for _, _, c in rows])
     rate = eq / total if total else math.nan
-    div = [first_divergence(b, c) for b, c in zip(base.tokens, cand.tokens)]
+    div = [first_divergence(b, c) for _, b, c in rows]
     same = sum(d == -1 for d in div)
-    note = f"{same} of {len(div)} requests identical"
+    note = f"{same} of {len(div)} requests identical" + (
+        f"; {unseeded} unseeded requests not compared" if unseeded else "")
     if same < len(div):
-        first = min((d, i) for i, d in enumerate(div) if d >= 0)
+        first = min((d, i) for (i, _, _), d in zip(rows, div) if d >= 0)
         note += f"; earliest divergence at output token {first[0]} (request {first[1]})"
     return Check(wl, "cross_engine_parity", "fraction", 1.0, rate,
                  None if not total else rate - 1.0, None, None, f">= {th.parity_min}",

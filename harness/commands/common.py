@@ -286,6 +286,9 @@ def print_summary(summary: RunSummary, path: Path, as_json: bool) -> None:
         if added is not None:     # set beside the median step's delta: a ruler that hid shows
             print(f"ruler {wl}: the candidate's slow-step busy work added {added:+.1f} % to "
                   f"the steps it slowed (its own account)")
+    if not summary.checks and not summary.failures:
+        print("NOT MEASURED: no workload ran here" + (
+            " (each was unsupported here)" if summary.unsupported else ""))
     print(f"verdict: {summary.verdict}")
     print(f"report: {path / 'report.html'}")
 

@@ -206,8 +206,9 @@ def judged_across_runs(verdict: Any, note: Any) -> bool:
 def overall_verdict(checks: list[Check], failures: list) -> tuple[RunVerdict, int]:
     """A run's verdict and exit code from its checks and failed sides. A failed side, or a
     check that could not measure what it gates ("not measured"), is an error (exit 3):
-    never a pass."""
-    if failures or any(c.verdict == Verdict.ERROR for c in checks):
+    never a pass. So is a run that judged nothing at all (every workload unsupported here):
+    it measured nothing, and a pass would say it had."""
+    if failures or not checks or any(c.verdict == Verdict.ERROR for c in checks):
         return RunVerdict.ERROR, EXIT_RUN_FAILED
     if any(c.verdict == Verdict.REGRESSION for c in checks):
         return RunVerdict.REGRESSION, EXIT_REGRESSION

@@ -5,6 +5,7 @@ runs. Shipped suites live in harness/suites/; a path to any YAML file works too.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,13 @@ from mrbench.workloads import get_workload
 from .metrics import LATENCY_METRICS, PERCENTILES, checked_percentiles, current_name
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
+# Engine arguments an entry may sweep (`sweep: {NAME: [VALUE, ...]}`, by vLLM's names): the
+# entry becomes one entry per value, `ID@VALUE`, each with that value among its engine
+# arguments, its own engines and its own verdict. Each target says, before any engine
+# starts, whether it has the value here (`Target.unsupported`: vLLM's registry and imports,
+# the bundled runner's one backend); one it has not is "unsupported here", never a failure.
+SWEEP_AXES = ("attention_backend",)
+_SWEEP_VALUE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class Thresholds(BaseModel):
@@ -70,13 +78,16 @@ class Thresholds(BaseModel):
 
 class WorkloadEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    # `ID@VALUE` for a point of a swept entry (Suite expands `sweep`)
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+(@[A-Za-z0-9_.-]+)*$")
     workload: str
     params: dict[str, Any] = {}
     thresholds: dict[str, Any] = {}       # overrides of the suite's thresholds for this one
     # the engine's own arguments by its names (vLLM's EngineArgs), over the suite's; the
     # target checks them before any engine starts (harness.run.engine_args)
     engine_args: dict[str, Any] = {}
+    # engine arguments swept over (SWEEP_AXES): the suite expands the entry, one per value
+    sweep: dict[str, list[Any]] = {}
 
     @field_validator("engine_args")
     @classmethod
@@ -85,6 +96,32 @@ class WorkloadEntry(BaseModel):
         if bad:
             raise ValueError(f"engine argument name {bad[0]!r} is not a name")
         return v
+
+    @model_validator(mode="after")
+    def _known_axes(self) -> "WorkloadEntry":
+        for axis, values in self.sweep.items():
+            if axis not in SWEEP_AXES:
+                raise ValueError(f"sweep: {axis!r} is not a sweep axis (axes: "
+                                 f"{', '.join(SWEEP_AXES)})")
+            if axis in self.engine_args:
+                raise ValueError(f"sweep: {axis} is also among the entry's engine_args; "
+                                 f"sweep it or set it, not both")
+            bad = [v for v in values if not isinstance(v, str) or not _SWEEP_VALUE.match(v)]
+            if not values or bad or len(set(values)) < len(values):
+                raise ValueError(f"sweep: {axis} takes a list of distinct names "
+                                 f"([A-Za-z0-9_.-]), got {values!r}")
+        return self
+
+    def expanded(self) -> list["WorkloadEntry"]:
+        """This entry, or one entry per point of its sweep (`ID@VALUE`, the axes' values in
+        the sweep's order), each with its values among its engine arguments and no sweep."""
+        if not self.sweep:
+            return [self]
+        axes = list(self.sweep)
+        return [self.model_copy(deep=True, update=dict(
+            id="@".join([self.id, *point]), sweep={},
+            engine_args={**self.engine_args, **dict(zip(axes, point))}))
+            for point in itertools.product(*(self.sweep[a] for a in axes))]
 
 
 class Suite(BaseModel):
@@ -106,11 +143,14 @@ class Suite(BaseModel):
     @model_validator(mode="after")
     def _fold_engine_args(self) -> "Suite":
         """Each entry's engine_args with the suite's under them, so that an entry carries
-        what its engines get wherever it goes (a selection, suites run together)."""
+        what its engines get wherever it goes (a selection, suites run together); then
+        each swept entry expanded into its points (a sweep's value over the suite's)."""
         if self.engine_args:
             WorkloadEntry._argument_names(self.engine_args)
             for w in self.workloads:
-                w.engine_args = {**self.engine_args, **w.engine_args}
+                w.engine_args = {**{k: v for k, v in self.engine_args.items()
+                                    if k not in w.sweep}, **w.engine_args}
+        self.workloads = [p for w in self.workloads for p in w.expanded()]
         return self
 
     @model_validator(mode="after")
@@ -188,15 +228,22 @@ def load_suite(name_or_path: str) -> Suite:
 
 
 def select_entries(suite: Suite, ids: list[str]) -> Suite:
-    """`suite` with only the entries `ids`, in the suite's order; BadInput for an unknown id."""
+    """`suite` with only the entries `ids`, in the suite's order; BadInput for an unknown id.
+    The id of a swept entry selects all its points (`gsm8k` selects `gsm8k@FLASH_ATTN`, ...)."""
     known = [w.id for w in suite.workloads]
-    unknown = [i for i in ids if i not in known]
+
+    def chosen(wid: str) -> bool:
+        return wid in ids or wid.split("@")[0] in ids
+
+    def first(i: str) -> int | None:
+        return next((n for n, k in enumerate(known) if k == i or k.split("@")[0] == i), None)
+    unknown = [i for i in ids if first(i) is None]
     if unknown or not any(ids):
         raise BadInput(f"suite {suite.name} has no entry {(unknown or [''])[0]!r}; "
                        f"its entries: {', '.join(known)}")
     return suite.model_copy(update=dict(
-        name=f"{suite.name}.{'+'.join(i for i in known if i in ids)}",
-        workloads=[w for w in suite.workloads if w.id in ids]))
+        name=f"{suite.name}.{'+'.join(sorted(dict.fromkeys(ids), key=first))}",
+        workloads=[w for w in suite.workloads if chosen(w.id)]))
 
 
 def single_workload_suite(workload: str) -> Suite:

@@ -9,6 +9,10 @@ are a shape's (`EngineOptions.engine_args`): workloads with different ones get d
 engines. The command line's are a side's (`SideSpec.engine_args`), so that one run can
 compare one vLLM with and without an argument.
 
+A suite may also sweep an argument (`sweep: {attention_backend: [...]}`, record.suite):
+each value is an entry of its own, and the target, not this check, says whether it has
+the value here (`swept`).
+
 Why checked here, for every side and shape, before any engine starts: a misspelt name
 or a wrong value would otherwise surface as a failed engine start minutes into a run, or
 worse, be ignored. Each target checks its own (`Target.check_engine_args`); a target
@@ -25,6 +29,7 @@ import yaml
 
 from mrbench.contract import BadInput, EngineOptions, FrozenArgs
 
+from ..record.suite import SWEEP_AXES
 from .targets.base import SideSpec, engine_args_of
 
 SIDES = ("baseline", "candidate")
@@ -81,15 +86,26 @@ def shape_options(options: EngineOptions, entry: Any) -> EngineOptions:
     return replace(options, engine_args=FrozenArgs(args)) if args else options
 
 
+def swept(side: SideSpec, options: EngineOptions) -> dict[str, Any]:
+    """The sweep axes' values a suite gave this shape (record.suite.SWEEP_AXES; the command
+    line's own value of an axis is an engine argument like any other). Not checked as
+    engine arguments: the target says whether it has each value here (`unsupported`), so
+    a value this machine lacks is "unsupported here", not bad input."""
+    return {a: options.engine_args[a] for a in SWEEP_AXES
+            if a in options.engine_args and a not in side.engine_args}
+
+
 def check(targets: dict[str, Any], specs: dict[str, SideSpec],
           shapes: Iterable[EngineOptions]) -> None:
     """Every side's engine arguments for every shape, by its target, before any engine
-    starts; BadInput (one line) for the first bad one. Each distinct set is checked once."""
+    starts; BadInput (one line) for the first bad one. Each distinct set is checked once;
+    a suite's sweep axes are left to the target's `unsupported` (`swept`)."""
     shapes = list(shapes) or [EngineOptions()]
     for name, sp in specs.items():
         seen: set[FrozenArgs] = set()
         for o in shapes:
-            args = engine_args_of(sp, o)
+            axes = swept(sp, o)
+            args = FrozenArgs({k: v for k, v in engine_args_of(sp, o).items() if k not in axes})
             if not args or args in seen:
                 continue
             seen.add(args)

@@ -80,10 +80,12 @@ def _submit(session: Session, prompts: list, batch: Batch, closed: bool = False,
         t_first = min(p.arrival_s for p in prompts)
         return session.serve([replace(p, arrival_s=0.0 if closed else p.arrival_s - t_first)
                               for p in prompts])
+    # logprobs only where asked: a session (or a stand-in) need not know the argument
+    extra = {} if batch.logprobs is None else dict(logprobs=batch.logprobs)
     if batch.sampling is None:
-        return session.generate(prompts, batch.max_tokens, batch.stop)
+        return session.generate(prompts, batch.max_tokens, batch.stop, **extra)
     return session.generate(prompts, batch.max_tokens, batch.stop,
-                            batch.sampling.window(first, first + len(prompts)))
+                            batch.sampling.window(first, first + len(prompts)), **extra)
 
 
 def _timed_wave(session: Session, res: SideResult, prompts: list, first_index: int,

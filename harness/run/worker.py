@@ -271,7 +271,9 @@ class RemoteSession:
         return self.host.call(name, *args)
 
     # -- the Session interface -----------------------------------------------------------
-    def generate(self, prompts, max_tokens, stop, sampling=None):
+    def generate(self, prompts, max_tokens, stop, sampling=None, logprobs=None):
+        if logprobs is not None:
+            return self._call("generate", prompts, max_tokens, stop, sampling, logprobs)
         if sampling is None:
             return self._call("generate", prompts, max_tokens, stop)
         return self._call("generate", prompts, max_tokens, stop, sampling)

@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..record.run_record import fault_status
+from . import coverage
 from .formatting import fmt_exceedance, fmt_heterogeneity, fmt_num, fmt_projected_mde, fmt_realized
 from .html import environment, fig_to_data_uri, write_atomic
 
@@ -116,8 +117,12 @@ def _fmt_detection(d: dict) -> str:
 
 def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
     runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
+    # what the suite exercised, from one of its runs: the clean run of a fault matrix (the
+    # faults change no parameter), else the first
+    shown = "clean" if "clean" in runs else (runs[0] if runs else None)
     ctx: dict = dict(runs=runs, matrix=None, calibration=None, plot=None, plots={}, power=None,
-                     realized=[], heterogeneity=[], exceedance=[])
+                     realized=[], heterogeneity=[], exceedance=[], coverage_run=shown,
+                     coverage=coverage.run_dir_context(camp_dir / shown) if shown else None)
     if kind == "power":
         per = ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} x {v}"
                         for k, v in res["runs_per_plan"].items())

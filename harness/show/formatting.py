@@ -150,11 +150,13 @@ OTHER = "other"             # a metric no family names (a newer check, an import
 # token, so it is the one correctness check the tokens cannot make.
 _FAMILY_OF = {
     **dict.fromkeys(("accuracy_strict", "token_agreement", "sampled_distribution",
-                     "cross_engine_parity", "mean_acceptance_length"), "correctness"),
+                     "cross_engine_parity", "mean_acceptance_length", "logprobs_agreement"),
+                    "correctness"),
     **dict.fromkeys(("syncs_per_step", "sync_check_warnings", "ops_per_step",
                      "allocs_per_step", "ops_vs_baseline", "ops_vs_reference"), "counts"),
     "state_audit_violations": "state",
-    **dict.fromkeys(("unwarmed_dispatch", "chunked_prefill_coverage"), "coverage"),
+    **dict.fromkeys(("unwarmed_dispatch", "chunked_prefill_coverage", "preemption_coverage",
+                     "prefix_cache_coverage"), "coverage"),
 }
 
 

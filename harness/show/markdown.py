@@ -1,4 +1,5 @@
-"""Markdown for CI job summaries: a run's verdict table, or a fault catch matrix."""
+"""Markdown for CI job summaries: a run's verdict table and its feature coverage, or a fault
+catch matrix."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,11 +8,12 @@ from mrbench.contract import BadInput
 
 from ..record.results import read_campaign, read_record
 from ..record.run_record import Verdict, fault_status
+from . import coverage
 from .formatting import fmt_num, fmt_p
 
 
 def run_markdown(run_dir: Path) -> str:
-    _, s = read_record(run_dir)
+    m, s = read_record(run_dir)
     lines = [f"### mrbench {s.suite}: **{s.verdict.upper()}**", "",
              f"candidate `{s.candidate}` vs baseline `{s.baseline}`"
              + (f", faults {s.candidate_faults}" if s.candidate_faults else ""),
@@ -29,6 +31,7 @@ def run_markdown(run_dir: Path) -> str:
         lines.append(f"\nFAILED {f.workload} ({f.side}): {f.error}")
     for u in s.unsupported:
         lines.append(f"\nUNSUPPORTED HERE {u.workload} ({u.side}, {u.target}): {u.reason}")
+    lines += coverage.markdown(m, s)
     return "\n".join(lines) + "\n"
 
 

@@ -42,6 +42,7 @@ from ..record.results import (
 )
 from ..record.run_record import BarKind, Check, Manifest, RunSummary
 from ..run.compile_cache import describe, describe_start
+from . import coverage
 from .formatting import (
     FAMILIES,
     MISSING,
@@ -353,6 +354,16 @@ def _history_sparks(run_dir: Path, summary: RunSummary, manifest: Manifest | Non
                  f"this one last ({len(runs)} earlier run{'s' * (len(runs) != 1)} found)")
 
 
+def _coverage(manifest: Manifest | None, summary: RunSummary) -> dict | None:
+    """The feature-coverage table (show/coverage.py), or None where the record does not
+    read as one: a damaged run must not cost the whole report."""
+    try:
+        return coverage.context(manifest, summary)
+    except Exception as e:  # a report renders what it can
+        log.warning("report: feature coverage failed: %r", e)
+        return None
+
+
 def _plots(w: str, ctx: dict) -> tuple[list[dict], list[str]]:
     plots, skipped = [], []
     for key, title, caption, build in PLOTS:
@@ -446,6 +457,7 @@ def _build_context(run_dir: Path, out: Path, history_db: Path | None, history_la
         "statuses": STATUSES,
         "matrix": _matrix(checks, anchors, names),
         "attention": attention,
+        "coverage": _coverage(manifest, summary),
         "workloads": workloads,
         "manifest": manifest_text,
         "ran": _what_ran(manifest),

@@ -21,12 +21,13 @@ from .session import (
     Session,
     Step,
     TimedPrompt,
+    TokenLogprob,
 )
 from .workload import Driver, Outcome, Workload, WorkloadBase
 
 __all__ = [
     "BadInput", "DATA_DIR_ENV", "check_rows", "data_dir", "Batch", "SideFailure", "SideResult",
     "AuditSample", "Completion", "EngineOptions", "FrozenArgs", "Sampling", "Session", "Step",
-    "TimedPrompt",
+    "TimedPrompt", "TokenLogprob",
     "Driver", "Outcome", "Workload", "WorkloadBase",
 ]

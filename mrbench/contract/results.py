@@ -43,3 +43,5 @@ class Batch:
     wave_size: int                  # prompts per wave (a wave arrives at once)
     profile_limit: int              # prompts repeated under the profiler (0 = none)
     sampling: Sampling | None = None  # text prompts only; None = greedy
+    logprobs: int | None = None       # text prompts only: top-N logprobs per generated
+                                      # token (vLLM's SamplingParams.logprobs); None = none

@@ -45,10 +45,28 @@ class EngineOptions:
     pd_disagg: bool = False
     dtype: str = "auto"
     state_audit: bool = False            # bundled only: poison freed slots, audit each step
+    # The KV cache, by vLLM's names where vLLM has one. None: the engine's own sizing (the
+    # bundled engine: every slot at the full context; vLLM: its memory share) and block size
+    # (bundled 16; vLLM's per-device default).
+    num_kv_blocks: int | None = None     # vLLM: num_gpu_blocks_override
+    block_size: int | None = None
+    enable_prefix_caching: bool = False  # off unless a workload asks (vLLM's own default is on)
     gpu_memory_share: float | None = None   # fraction of the GPU this engine may take (set by
                                             # the orchestrator: every resident engine shares it)
     engine_args: FrozenArgs = FrozenArgs()  # the suite's `engine_args` for this entry (set by
                                             # the orchestrator, never by a workload)
+    logprobs_mode: str = "raw_logprobs"  # what logprobs are of (vLLM's engine option):
+                                         # raw_logprobs or processed_logprobs
+
+
+@dataclass
+class TokenLogprob:
+    """One generated token's logprobs as the engine returned them (vLLM's `Logprob` dict
+    of the position): the token's own logprob and rank, and the top-N of the position."""
+
+    logprob: float
+    rank: int                            # 1 = the most likely token
+    top: list[tuple[int, float]]         # (token id, logprob), most likely first
 
 
 @dataclass
@@ -69,23 +87,44 @@ class Completion:
     accepted_per_pos: list[int] | None = None   # [i]: verification steps accepting draft i
     prefill_done_time: float | None = None      # PD: the prefill instance finished (its
                                                 # part of TTFT = this - arrival_time)
+    logprobs: list[TokenLogprob] | None = None  # [i]: output token i's (None: not asked)
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """Random sampling for a batch of prompts (vLLM's SamplingParams fields); None = greedy.
+    """Sampling for a batch of prompts (vLLM's SamplingParams fields); a batch without one
+    is greedy. Every field but the seeds holds for each prompt; the fields past `seeds`
+    default to off.
 
     One seed per prompt, so every request's stream is reproducible and two runners that
-    share a sampler must produce the same tokens for the same seed."""
+    share a sampler must produce the same tokens for the same seed. A seed of None leaves
+    the prompt unseeded (the engine picks its randomness): its stream is promised nothing,
+    so token-for-token checks skip it."""
 
-    temperature: float
+    temperature: float                   # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0                       # 0 = off
-    seeds: tuple[int, ...] = ()          # [i]: prompt i's seed
+    seeds: tuple[int | None, ...] = ()   # [i]: prompt i's seed; None = unseeded
+    min_p: float = 0.0                   # 0 = off
+    repetition_penalty: float = 1.0      # 1 = off; prompt and output tokens
+    frequency_penalty: float = 0.0       # 0 = off; output tokens
+    presence_penalty: float = 0.0        # 0 = off; output tokens
+    logit_bias: tuple[tuple[int, float], ...] = ()   # (token id, bias) pairs; () = none
 
     def window(self, lo: int, hi: int) -> "Sampling":
         """The same sampling for prompts [lo, hi) of the batch."""
         return replace(self, seeds=self.seeds[lo:hi])
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """Every field but the seeds, as keyword arguments of vLLM's `SamplingParams` (the
+        bundled runner's takes the same): the one mapping each target uses."""
+        kw: dict[str, Any] = dict(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+            frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty)
+        if self.logit_bias:
+            kw["logit_bias"] = dict(self.logit_bias)
+        return kw
 
 
 @dataclass(frozen=True)
@@ -138,8 +177,10 @@ class Session(Protocol):
     phase_labels: dict[str, str]         # phase name -> profiler range name
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
-                 sampling: Sampling | None = None) -> list[Completion]:
-        """Completions in prompt order: greedy, or sampled with one seed per prompt."""
+                 sampling: Sampling | None = None,
+                 logprobs: int | None = None) -> list[Completion]:
+        """Completions in prompt order: greedy, or sampled with one seed per prompt; with
+        `logprobs` = N, each generated token's logprob, rank and top-N."""
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
         """Open loop: each request is added at its arrival time whether or not the engine

@@ -50,7 +50,7 @@ class EngineCore:
         k, bs = cfg.num_speculative_tokens, cfg.block_size
         self.max_blocks_per_req = cdiv(max_model_len + k, bs)
         num_blocks = cfg.num_kv_blocks or cfg.max_num_seqs * self.max_blocks_per_req
-        self.allocator = BlockAllocator(num_blocks, bs)
+        self.allocator = BlockAllocator(num_blocks, bs, cfg.enable_prefix_caching)
         dev, dt = cfg.torch_device, cfg.torch_dtype
         # CUDA graphs pad decode batches; the padding rows write into one extra block that
         # the allocator never hands out.

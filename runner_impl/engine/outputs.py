@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from ..logprobs import TokenLogprobs
 
 
 @dataclass
@@ -50,3 +54,6 @@ class ModelRunnerOutput:
     sampled_token_ids: list[list[int]]   # per request: accepted drafts + 1 (empty: partial prefill)
     draft_token_ids: list[list[int]]     # per request: drafts for the next step (-1 = on-device)
     dispatch_key: tuple = ()             # how the step was classified (see v2/dispatch.py)
+    # per request: the logprobs of each sampled token (None: it asked for none); None when
+    # no request of the step asked
+    logprobs: list[list[TokenLogprobs] | None] | None = None

@@ -35,6 +35,10 @@ class Request:
     prefill_len: int = 0                   # set when (re)admitted to the runner
     spec_token_ids: list[int] = field(default_factory=list)  # drafts for the next step
     block_ids: list[int] = field(default_factory=list)
+    # Prefix caching: the hash chain of the request's full blocks (prompt and outputs, as
+    # far as they are known), and how many of its blocks are registered in the cache.
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_cached_blocks: int = 0
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
     token_times: list[float] = field(default_factory=list)  # host time each output token arrived
@@ -46,6 +50,8 @@ class Request:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i]: steps accepting draft i
+    output_logprobs: list = field(default_factory=list)  # [i]: output token i's TokenLogprobs
+                                                         # (requests that asked for logprobs)
     prompt_text: str | None = None
     pd_origin: "Request | None" = None     # PD: the user's request a prefill-side copy serves
     kv_payload: object = None              # PD: KV from the prefill side, loaded on admission

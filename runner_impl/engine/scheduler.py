@@ -1,4 +1,5 @@
-"""Continuous-batching scheduler with chunked prefill, speculative tokens and preemption.
+"""Continuous-batching scheduler with chunked prefill, speculative tokens, preemption and
+prefix caching.
 
 It owns the truth about every request's progress (`num_computed_tokens`) and tells the
 runner each step, as vLLM's scheduler does; a runner's own copies must agree with it.
@@ -8,13 +9,21 @@ AsyncScheduler): a request's in-flight query tokens count as computed and each t
 step will sample is a placeholder, so a decode row is scheduled again at once, and never
 past max_tokens. A request that stops on a token (EOS, stop string) has been scheduled
 once more by then; that extra step's output is dropped.
+
+With prefix caching (the allocator's `enable_caching`), a request admitted from the queue
+(new, or resumed after preemption) starts from its longest cached prefix: those blocks
+are its first blocks and `num_computed_tokens` starts at their end, so the runner is handed
+a request whose first tokens are computed, as for a PD import. At least the last token is
+always computed (its logits sample the next token), as in vLLM. A block is registered in
+the cache once its KV is computed (after the step), so requests admitted in one step do not
+share what that step computes.
 """
 from __future__ import annotations
 
 from collections import deque
 from typing import Callable
 
-from .block_manager import BlockAllocator
+from .block_manager import BlockAllocator, extend_block_hashes
 from .outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .request import Request, RequestStatus
 
@@ -36,6 +45,11 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self._finished_since_last: set[str] = set()
         self.num_preemptions = 0
+        # Prefix caching, vLLM's `prefix_cache_queries` / `prefix_cache_hits`: tokens of the
+        # new requests admitted (resumed ones are left out, as vLLM counts them apart) and
+        # of their cached prefixes.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     # ---- admission -------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
@@ -76,6 +90,7 @@ class Scheduler:
         req.num_inflight_tokens = req.num_output_placeholders = 0   # see update_from_output
         req.kv_payload = None                    # recomputed from its tokens instead
         req.spec_token_ids = []
+        req.num_cached_blocks = 0                # its cached blocks stay hittable while free
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
@@ -128,18 +143,26 @@ class Scheduler:
         while self.waiting and not preempted and budget > 0 \
                 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not self._ensure_blocks(req, num_new):
+            imported = req.kv_payload is not None    # PD: its prompt's KV comes with it
+            hit = [] if imported else self._cache_hit(req)
+            computed = req.num_computed_tokens if imported else len(hit) * block_size
+            num_new = min(req.num_tokens - computed, budget)
+            if not self._admit_blocks(req, hit, computed, num_new):
                 break
             self.waiting.popleft()
-            if req.kv_payload is not None:       # blocks exist only now: load the KV
+            if imported:                         # blocks exist only now: load the KV
                 self.on_admit(req)
                 req.kv_payload = None
+            elif self.allocator.enable_caching and not req.num_preemptions:
+                self.prefix_cache_queries += req.num_tokens
+                self.prefix_cache_hits += computed
+            self._cache_full_blocks(req)         # a PD import's loaded prompt
             req.status = RequestStatus.RUNNING
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
-            # Resumed requests recompute prompt + outputs; PD imports keep their KV.
-            req.prefill_len = (req.prompt_len if req.num_computed_tokens else req.num_tokens)
+            # Resumed requests recompute prompt + outputs (less a cached prefix); PD imports
+            # keep their KV.
+            req.prefill_len = req.prompt_len if imported else req.num_tokens
             self.running.append(req)
             new_reqs.append(req)
             num_sched[req.req_id] = num_new
@@ -170,6 +193,44 @@ class Scheduler:
         self._finished_since_last = set()
         return out
 
+    def _cache_hit(self, req: Request) -> list[int]:
+        """The cached blocks of the request's longest cached prefix, leaving at least its
+        last token to compute (vLLM's max_cache_hit_length = num_tokens - 1); none without
+        prefix caching."""
+        if not self.allocator.enable_caching:
+            return []
+        bs = self.allocator.block_size
+        hashes = extend_block_hashes(req.block_hashes, req.all_token_ids, bs)
+        return self.allocator.longest_cache_hit(hashes, (req.num_tokens - 1) // bs)
+
+    def _admit_blocks(self, req: Request, hit: list[int], computed: int, num_new: int) -> bool:
+        """Blocks for a queued request's first step: the cache hit's, then new ones. False
+        (nothing taken) when they do not fit; a hit block waiting in the free queue counts
+        against the free blocks, since taking it keeps it from being handed out."""
+        alloc = self.allocator
+        need_tokens = min(computed + num_new + self.lookahead, self.max_model_len + self.lookahead)
+        n = alloc.blocks_needed(len(hit), need_tokens)
+        if n > alloc.num_free - alloc.num_evictable(hit):
+            return False
+        alloc.touch(hit)
+        req.block_ids = hit + (alloc.allocate(n) or [])
+        req.num_computed_tokens = computed
+        req.num_cached_blocks = len(hit)
+        return True
+
+    def _cache_full_blocks(self, req: Request) -> None:
+        """Register the request's full blocks whose KV is now computed (prefix caching)."""
+        if not self.allocator.enable_caching:
+            return
+        bs = self.allocator.block_size
+        n_full = min(req.num_computed_tokens, req.num_tokens) // bs
+        if n_full <= req.num_cached_blocks:
+            return
+        hashes = extend_block_hashes(req.block_hashes, req.all_token_ids, bs)
+        for i in range(req.num_cached_blocks, n_full):
+            self.allocator.cache_block(req.block_ids[i], hashes[i])
+        req.num_cached_blocks = n_full
+
     def _reaches_limit(self, req: Request) -> bool:
         """Will the tokens already coming end the request by length?"""
         n = req.num_output_placeholders
@@ -190,8 +251,9 @@ class Scheduler:
                            now: float) -> list[Request]:
         """Advance progress by what was really computed; return requests that finished."""
         finished: list[Request] = []
-        for req_id, sampled, drafts in zip(out.req_ids, out.sampled_token_ids,
-                                           out.draft_token_ids):
+        logprobs = out.logprobs or [None] * len(out.req_ids)
+        for req_id, sampled, drafts, lps in zip(out.req_ids, out.sampled_token_ids,
+                                                out.draft_token_ids, logprobs):
             req = self.requests.get(req_id)
             if req is None or req.status.finished:
                 continue        # async: stopped (or aborted) while this step ran; dropped
@@ -213,11 +275,15 @@ class Scheduler:
                 for i in range(len(sampled) - 1):     # drafts are accepted as a prefix
                     req.accepted_per_pos[i] += 1
             req.spec_token_ids = list(drafts)
-            for tok in sampled:
+            for i, tok in enumerate(sampled):
                 req.output_token_ids.append(tok)
                 req.token_times.append(now)
+                if lps is not None:
+                    req.output_logprobs.append(lps[i])
                 if self._check_stop(req, tok):
                     break
+            if not requeued:
+                self._cache_full_blocks(req)     # before a finished request frees them
             if req.status.finished:
                 finished.append(req)
                 if requeued:

@@ -13,6 +13,7 @@ import torch
 
 from ..config import EngineConfig
 from ..engine.outputs import ModelRunnerOutput, SchedulerOutput
+from ..logprobs import TokenLogprobs, compute, unpack
 from ..model.llama import AttentionMetadata, LlamaForCausalLM
 from ..sampler import BatchParams, make_generator, row_noise, sample, target_probs
 from ..sampling_params import SamplingParams
@@ -21,6 +22,7 @@ from ..sampling_params import SamplingParams
 @dataclass
 class _Req:
     token_ids: list[int]           # prompt + outputs (the newest token has no KV yet)
+    prompt_len: int                # token_ids[:prompt_len] is the prompt (penalties read it)
     block_ids: list[int]
     num_computed: int
     prefill_len: int
@@ -96,9 +98,9 @@ class ModelRunnerV1:
         req_ids, reqs, ids, meta, samples = prepared
         self.dispatch_log.append((self.phase, ("v1", len(ids))))
         logits = self._forward(reqs, ids, meta)
-        sampled = self._sample(reqs, logits, samples)
+        sampled, logprobs = self._sample(reqs, logits, samples)
         drafts = self._postprocess(reqs, sampled)
-        return ModelRunnerOutput(req_ids, sampled, drafts, ("v1", len(ids)))
+        return ModelRunnerOutput(req_ids, sampled, drafts, ("v1", len(ids)), logprobs)
 
     def _prepare(self, sched: SchedulerOutput
                  ) -> tuple[list[str], list[_Req], list[int], AttentionMetadata, list[bool]] | None:
@@ -107,7 +109,8 @@ class ModelRunnerV1:
             self.reqs.pop(req_id, None)
         for new in sched.scheduled_new_reqs:
             self.reqs[new.req_id] = _Req(
-                list(new.all_token_ids), list(new.block_ids), new.num_computed_tokens,
+                list(new.all_token_ids), len(new.prompt_token_ids), list(new.block_ids),
+                new.num_computed_tokens,
                 new.prefill_len, new.sampling_params,
                 make_generator(new.seed, self.device),
                 draft_computed=new.num_computed_tokens)
@@ -135,14 +138,40 @@ class ModelRunnerV1:
         return [self.model.compute_logits(h) for h in rows]
 
     def _sample(self, reqs: list[_Req], logits: list[torch.Tensor], samples: list[bool]
-                ) -> list[list[int]]:
+                ) -> tuple[list[list[int]], list[list[TokenLogprobs] | None] | None]:
+        """Sampled tokens per request, and their logprobs where requests asked."""
         params = BatchParams.from_params([q.params for q in reqs],
-                                         [q.generator for q in reqs], samples, self.device)
+                                         [q.generator for q in reqs], samples, self.device,
+                                         [(q.prompt_len, q.token_ids) for q in reqs],
+                                         logits[0].shape[-1])
         if not any(q.drafts for q in reqs):
             toks = sample(torch.stack([lg[-1] for lg in logits]), params).tolist()
-            return [[t] if s else [] for t, s in zip(toks, samples)]
-        return [self._verify(lg, q, g) if s else []
-                for lg, q, g, s in zip(logits, reqs, params.generators, samples)]
+            sampled = [[t] if s else [] for t, s in zip(toks, samples)]
+        else:
+            sampled = [self._verify(lg, q, g) if s else []
+                       for lg, q, g, s in zip(logits, reqs, params.generators, samples)]
+        return sampled, self._logprobs(reqs, logits, params, sampled)
+
+    def _logprobs(self, reqs: list[_Req], logits: list[torch.Tensor], params: BatchParams,
+                  sampled: list[list[int]]) -> list[list[TokenLogprobs] | None] | None:
+        """Per request, the logprobs of the tokens it sampled (its logits row j gave its
+        token j); None for a request that asked for none, and None when none asked."""
+        asked = [r for r, (q, toks) in enumerate(zip(reqs, sampled))
+                 if q.params.logprobs is not None and toks]
+        if not asked:
+            return None
+        t = lambda x: torch.tensor(x, dtype=torch.int64, device=self.device)  # noqa: E731
+        rows = torch.cat([logits[r][:len(sampled[r])] for r in asked])
+        host = compute(rows, t([x for r in asked for x in sampled[r]]),
+                       max(reqs[r].params.logprobs for r in asked), self.cfg.logprobs_mode,
+                       params, t([r for r in asked for _ in sampled[r]])).cpu().numpy()
+        out: list[list[TokenLogprobs] | None] = [None] * len(reqs)
+        at = 0
+        for r in asked:
+            n = len(sampled[r])
+            out[r] = unpack(host[at:at + n], reqs[r].params.logprobs)
+            at += n
+        return out
 
     def _postprocess(self, reqs: list[_Req], sampled: list[list[int]]) -> list[list[int]]:
         for q, toks in zip(reqs, sampled):

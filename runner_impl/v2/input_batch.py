@@ -81,6 +81,9 @@ def prepare_inputs(state: RequestState, block_tables: BlockTables, sched: Schedu
     if faults.active("chunk-slot-mapping"):
         slot_mapping = _pre_36580_slot_mapping(state, block_tables, idx_np, samples_token,
                                                dev, slot_mapping)
+    if faults.active("prefix-hit-slot-mapping"):
+        slot_mapping = _admitted_from_zero_slot_mapping(
+            state, block_tables, idx_np, len(sched.scheduled_new_reqs), dev, slot_mapping)
 
     # Host upper bound of seq_lens: mirror + scheduled tokens.
     seq_lens_ub = state.num_computed_tokens_np[idx_np] + num_sched
@@ -120,6 +123,26 @@ def _pre_36580_slot_mapping(state: RequestState, block_tables: BlockTables,
         return clean
     idx, row_d, off_d, samples_d, positions = dev[0], dev[2], dev[3], dev[6], dev[8]
     return block_tables.slot_mapping(idx, row_d, torch.where(samples_d[row_d], positions, off_d))
+
+
+def _admitted_from_zero_slot_mapping(state: RequestState, block_tables: BlockTables,
+                                     idx_np: np.ndarray, num_new: int,
+                                     dev: tuple[torch.Tensor, ...],
+                                     clean: torch.Tensor) -> torch.Tensor:
+    """The `prefix-hit-slot-mapping` fault: the prefill rows of requests admitted this
+    step (the batch's first `num_new` rows) are mapped as if each began its prompt at 0,
+    each token at its offset in the query. A fresh or resumed request's first chunk does
+    begin at 0 and a PD import's row is a decode row, so only a request admitted with a
+    cached prefix (0 < computed < prefill_len) gets wrong slots: the cached blocks'.
+    Steps without one keep the clean mapping (and the clean op count)."""
+    computed = state.num_computed_prefill_tokens[idx_np]
+    hit = ((np.arange(len(idx_np)) < num_new) & (computed > 0)
+           & (computed < state.prefill_len[idx_np]))
+    if not hit.any():
+        return clean
+    idx, row_d, off_d, positions = dev[0], dev[2], dev[3], dev[8]
+    hit_d = state.staging.upload(hit.astype(np.int64)).bool()
+    return block_tables.slot_mapping(idx, row_d, torch.where(hit_d[row_d], off_d, positions))
 
 
 def device_inputs(state: RequestState, block_tables: BlockTables, dev: torch.Tensor,

@@ -7,6 +7,7 @@ at warmup (`cuda_graph.py`); everything else runs eagerly.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 
 from ..config import EngineConfig
 from ..engine.outputs import ModelRunnerOutput, SchedulerOutput
+from ..logprobs import SlotLogprobs, StepLogprobs, compute
 from ..model.llama import LlamaForCausalLM
 from ..sampler import sample
 from ..slow_step import SlowStep
@@ -61,7 +63,7 @@ class ModelRunnerV2:
         poison = model.config.vocab_size - 1 if cfg.debug_poison_freed_slots else None
         self.state = RequestState(n, max_model_len, self.k, dev, self.faults, self.staging, poison)
         self.block_tables = BlockTables(n, max_blocks_per_req, cfg.block_size, dev, self.staging)
-        self.sampling = SamplingState(n, dev, self.staging, self.faults)
+        self.sampling = SamplingState(n, model.config.vocab_size, dev, self.staging, self.faults)
         self.proposer: NgramProposer | DraftModelProposer | None = None
         if self.k and cfg.speculative_method == "ngram":
             self.proposer = NgramProposer(self.k, cfg.ngram_min, cfg.ngram_max)
@@ -69,6 +71,7 @@ class ModelRunnerV2:
             assert draft is not None
             self.proposer = DraftModelProposer(draft[0], draft[1], self.k, n,
                                                model.config.vocab_size, dev)
+        self.logprob_slots = SlotLogprobs(n)
         # Pinned host buffers for the step's one device-to-host copy, reused `depth` steps
         # later: by then that copy has been waited for.
         self._host_bufs = ([torch.empty(n * (2 + self.k), dtype=torch.int64, pin_memory=True)
@@ -95,6 +98,7 @@ class ModelRunnerV2:
             slot = self.state.add_request(new)
             self.block_tables.set_blocks(slot, new.block_ids)
             self.sampling.add_request(slot, new)
+            self.logprob_slots.add_request(slot, new.sampling_params)
         cached = sched.scheduled_cached_reqs
         if cached.req_ids:
             to_slot = self.state.req_id_to_index
@@ -132,11 +136,12 @@ class ModelRunnerV2:
         if step is None:
             ev = self._record_event()
             return AsyncOutput(lambda: ModelRunnerOutput([], [], []), ev)
-        host, ev = self._start_copy(*step)
-        return AsyncOutput(lambda: self._finish_copy(step[0], host, None), ev)
+        host, logprobs, ev = self._start_copy(*step)
+        return AsyncOutput(lambda: self._finish_copy(step[0], host, logprobs, None), ev)
 
     def _launch(self, sched: SchedulerOutput
-                ) -> tuple[InputBatch, torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+                ) -> tuple[InputBatch, torch.Tensor, torch.Tensor, torch.Tensor | None,
+                           StepLogprobs | None] | None:
         """One step's prepare -> forward -> sample -> postprocess, queued on the device
         (the output copy is not part of it); None if the step scheduled nothing (it still
         applied frees and admissions)."""
@@ -146,9 +151,9 @@ class ModelRunnerV2:
         batch, params = prepared
         self.dispatch_log.append((self.phase, batch.dispatch_key))
         logits = self._forward(batch)
-        sampled, num_sampled = self._sample(batch, logits, params)
+        sampled, num_sampled, logprobs = self._sample(batch, logits, params)
         num_sampled, packed = self._postprocess(batch, params, sampled, num_sampled)
-        return batch, sampled, num_sampled, packed
+        return batch, sampled, num_sampled, packed, logprobs
 
     def _prepare(self, sched: SchedulerOutput) -> tuple[InputBatch, object] | None:
         """State updates, then the batch's inputs on the device; None for an empty step."""
@@ -181,21 +186,39 @@ class ModelRunnerV2:
         return logits.view(R, W, -1)
 
     def _sample(self, batch: InputBatch, logits: torch.Tensor, params
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                ) -> tuple[torch.Tensor, torch.Tensor | None, StepLogprobs | None]:
         """Sampled tokens [R, W] and how many each row keeps (rejection sampling for
-        drafts); None when the step graph counts them."""
+        drafts); None when the step graph counts them. Then the logprobs, where a request
+        asked (device work, copied out with the tokens)."""
         W = logits.shape[1]
         if W == 1:
             sampled = sample(logits[:, 0], params)[:, None]
             num_sampled = None if batch.graphed else batch.samples_token_gpu.long()
-            return sampled, num_sampled
+            return sampled, num_sampled, self._logprobs(batch, logits, params, sampled)
         drafts = self.state.draft_tokens[batch.idx_mapping, :W - 1]
         dprobs = (self.proposer.draft_probs[batch.idx_mapping, :W - 1]
                   if isinstance(self.proposer, DraftModelProposer)
                   and params.any_random else None)
         sampled = rejection_sample(logits, drafts, batch.num_drafts_gpu,
                                    batch.num_drafts.tolist(), params, dprobs, self.faults)
-        return sampled, count_sampled(sampled, self.faults) * batch.samples_token_gpu
+        return (sampled, count_sampled(sampled, self.faults) * batch.samples_token_gpu,
+                self._logprobs(batch, logits, params, sampled))
+
+    def _logprobs(self, batch: InputBatch, logits: torch.Tensor, params,
+                  sampled: torch.Tensor) -> StepLogprobs | None:
+        """The logprobs of every logits row's token [R * W], for the host to cut per
+        request (the rows each kept); None, and no work, when no request asked."""
+        num = self.logprob_slots.batch(batch.idx_mapping_np)
+        if num is None:
+            return None
+        R, W, V = logits.shape
+        tokens, row_of = sampled.reshape(-1), None
+        if W > 1:              # a rejected position holds -1: its row is never kept
+            tokens = tokens.clamp(min=0)
+            row_of = torch.arange(R, device=logits.device).repeat_interleave(W)
+        return StepLogprobs(compute(logits.reshape(R * W, V), tokens, int(num.max()),
+                                    self.cfg.logprobs_mode, params, row_of, self.faults),
+                            num, W)
 
     def _postprocess(self, batch: InputBatch, params, sampled: torch.Tensor,
                      num_sampled: torch.Tensor | None
@@ -208,6 +231,8 @@ class ModelRunnerV2:
         else:
             self._post_update(batch.idx_mapping, batch.num_scheduled_gpu,
                               batch.num_drafts_gpu, sampled, num_sampled)
+        if params.penalties is not None:          # a step that sampled with penalties
+            self.sampling.count_sampled(batch.idx_mapping, sampled, num_sampled)
         self.state.advance_mirror_in_postprocess(batch.idx_mapping_np, batch.num_scheduled)
         if isinstance(self.proposer, NgramProposer):
             self.proposer.propose(self.state, batch, params)
@@ -260,22 +285,29 @@ class ModelRunnerV2:
         return ev
 
     def _start_copy(self, batch: InputBatch, sampled: torch.Tensor, num_sampled: torch.Tensor,
-                    packed: torch.Tensor | None = None
-                    ) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
+                    packed: torch.Tensor | None = None, logprobs: StepLogprobs | None = None
+                    ) -> tuple[torch.Tensor, StepLogprobs | None, "torch.cuda.Event | None"]:
         """Queue the one device-to-host transfer of the step (pinned buffer + event).
-        `packed`: [num_sampled | sampled] already built (by StepGraphs' post graph)."""
+        `packed`: [num_sampled | sampled] already built (by StepGraphs' post graph). The
+        step's logprobs, where a request asked, go with it (a second copy, same event)."""
         if packed is None:
             packed = torch.cat([num_sampled[:, None], sampled], 1)
         if not self._host_bufs:
-            return packed, None
+            return packed, logprobs, None
         buf = self._host_bufs[self._num_copies % len(self._host_bufs)]
         self._num_copies += 1
         host = buf.view(-1)[:packed.numel()].view(packed.shape)  # contiguous
         host.copy_(packed, non_blocking=True)
-        return host, self._record_event()
+        if logprobs is not None:
+            lp_host = torch.empty(logprobs.packed.shape, dtype=logprobs.packed.dtype,
+                                  pin_memory=True)
+            lp_host.copy_(logprobs.packed, non_blocking=True)
+            logprobs = dataclasses.replace(logprobs, packed=lp_host)
+        return host, logprobs, self._record_event()
 
     def _finish_copy(self, batch: InputBatch, host: torch.Tensor,
-                     ev: "torch.cuda.Event | None") -> ModelRunnerOutput:
+                     logprobs: StepLogprobs | None, ev: "torch.cuda.Event | None"
+                     ) -> ModelRunnerOutput:
         if ev is not None:
             ev.synchronize()
         arr = host.numpy()
@@ -286,7 +318,9 @@ class ModelRunnerV2:
             toks = [row[1:1 + n].tolist() for n, row in zip(counts, arr)]
         placeholder = [-1] * self.k
         drafts = [placeholder if t else [] for t in toks]
-        return ModelRunnerOutput(batch.req_ids, toks, drafts, batch.dispatch_key)
+        per_request = (None if logprobs is None
+                       else logprobs.per_request(logprobs.packed.numpy(), counts))
+        return ModelRunnerOutput(batch.req_ids, toks, drafts, batch.dispatch_key, per_request)
 
     # ---- for audits (outside the step: these read the device) -----------------------------
     def audit(self) -> dict[str, dict[str, int]]:

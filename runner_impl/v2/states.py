@@ -73,19 +73,30 @@ class RequestState:
         self.req_id_to_index[new.req_id] = slot
         self.index_to_req_id[slot] = new.req_id
         toks, nc = new.all_token_ids, new.num_computed_tokens
+        prefill_len = self._prefill_len(new)
         self.num_computed_tokens_np[slot] = nc
         self.prompt_len[slot] = len(new.prompt_token_ids)
-        self.prefill_len[slot] = new.prefill_len
-        self.num_computed_prefill_tokens[slot] = min(nc, new.prefill_len)
+        self.prefill_len[slot] = prefill_len
+        self.num_computed_prefill_tokens[slot] = min(nc, prefill_len)
         self._staged_tokens.append((slot, toks))
-        self._staged_scalars.append((slot, len(toks), nc, new.prefill_len))
+        self._staged_scalars.append((slot, len(toks), nc, prefill_len))
         if not self.faults.active("stale-slot-state"):
             # vLLM PR 39833: a request that arrives already computed (PD decode side) goes
             # straight to a decode step, which reads last_sampled_tokens and draft_tokens.
-            if 0 < nc <= new.prefill_len:
+            if 0 < nc <= prefill_len:
                 self._staged_last_sampled.append((slot, toks[nc]))
             self._staged_draft_reset.append(slot)
         return slot
+
+    def _prefill_len(self, new: NewRequestData) -> int:
+        """Tokens the runner takes as the request's prefill: its prompt, or (resumed after
+        preemption) its prompt and the outputs it recomputes. Rows past it are decode rows,
+        fed from last_sampled_tokens and draft_tokens."""
+        if self.faults.active("resumed-prefill-len"):
+            # The fault's pre-fix path: a resumed request's prefill taken for a fresh
+            # prompt's, so recomputing its outputs reads slot state it never set.
+            return len(new.prompt_token_ids)
+        return new.prefill_len
 
     def apply_staged_writes(self) -> None:
         """One upload and a few scatters for every request added this step."""

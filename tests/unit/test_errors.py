@@ -37,7 +37,7 @@ def test_prompt_longer_than_max_model_len(tiny_model_dir):
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(temperature=-1), "temperature must be >= 0"),
     (dict(top_p=0), "top_p must be in"),
-    (dict(top_k=-2), "top_k must be >= 0"),
+    (dict(top_k=-2), "top_k must be 0 or -1 \\(off\\) or >= 1"),
     (dict(max_tokens=0), "max_tokens must be >= 1"),
 ])
 def test_bad_sampling_params(kwargs, needle):

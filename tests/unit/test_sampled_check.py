@@ -3,7 +3,7 @@ on synthetic sides: the test is judged only with enough prompts, passes equal st
 catches collapsed streams, and token agreement is not gated when samplers differ."""
 from mrbench.contract import SideResult
 from mrbench.harness.checks.compare import compare
-from mrbench.harness.checks.correctness import min_sampled_prompts, sampled_check
+from mrbench.harness.checks.correctness import accuracy_check, min_sampled_prompts, sampled_check
 from mrbench.harness.record.suite import Thresholds
 
 TH = Thresholds(latency_metrics=[])
@@ -70,3 +70,19 @@ def test_agreement_is_not_gated_when_samplers_differ():
 def test_agreement_is_gated_when_samplers_match():
     checks = {c.metric: c for c in compare("s", side(distinct(10)), side(collapsed(10)), TH)}
     assert checks["token_agreement"].verdict == "regression"
+
+
+def test_accuracy_on_random_weights_is_not_measured():
+    """A model made by `mrbench model make` answers nothing: its accuracy is reported as
+    "not measured", never judged, whatever the two sides scored."""
+    def scored(correct: list[bool], random: bool) -> SideResult:
+        return SideResult(requests=[dict(req_index=i, correct_strict=c)
+                                    for i, c in enumerate(correct)],
+                          resolved=dict(random_weights=random))
+    th = Thresholds(latency_metrics=[])
+    right, wrong = [True] * 40, [False] * 40
+    real = accuracy_check("w", scored(right, False), scored(wrong, False), th)
+    assert real.verdict.value == "regression"
+    rw = accuracy_check("w", scored(right, True), scored(wrong, True), th)
+    assert rw.verdict.value == "info" and rw.note.startswith("not measured: random weights")
+    assert "on the baseline and the candidate" in rw.note and rw.delta is None

@@ -17,6 +17,7 @@ from mrbench.contract import (
     Sampling,
     Step,
     TimedPrompt,
+    TokenLogprob,
 )
 from mrbench.runner_impl import (
     COVERAGE_FAULTS,
@@ -29,6 +30,7 @@ from mrbench.runner_impl import (
 from mrbench.runner_impl.default_model import default_model_dir
 from mrbench.runner_impl.faults import slow_step_pct
 from mrbench.runner_impl.model.loader import load_config, load_tokenizer
+from mrbench.runner_impl.model.random_presets import is_random_weights
 
 from ...measure import phases
 from ...measure.prefill_chunks import PrefillChunks
@@ -36,6 +38,18 @@ from . import open_loop
 from .base import Footprint, SideSpec, register
 
 RUNNERS = ("v2", "v1")
+# The bundled model's attention (runner_impl/model/llama.py), by the name a suite's
+# `attention_backend` gives it: one backend per device and dtype, no choice
+BACKEND_KINDS = {"TORCH": "reference paged attention",
+                 "TRITON": "paged varlen + fused decode", "TORCH_SDPA": ""}
+
+
+def attention_backend(device: str, dtype: str) -> str:
+    """The bundled model's one attention backend on `device` at `dtype` ("auto": bfloat16
+    on CUDA): Triton paged kernels for bf16/fp16 on CUDA, PyTorch otherwise."""
+    if not device.startswith("cuda"):
+        return "TORCH"
+    return "TRITON" if dtype in ("auto", "bfloat16", "float16") else "TORCH_SDPA"
 # Both runners draw sampled tokens with the same code (runner_impl/sampler.py), so the same
 # seed promises the same stream on either.
 SAMPLER = "runner_impl.sampler (exponential race, one torch.Generator per request seed)"
@@ -54,6 +68,16 @@ def _draft_model(side: SideSpec, options: EngineOptions) -> str | None:
     if options.draft_model:
         return options.draft_model
     return side.model or str(default_model_dir())     # self-drafting: exercises the path
+
+
+def _kv_cache_kwargs(options: EngineOptions) -> dict[str, Any]:
+    """The workload's KV-cache shape as the bundled engine's arguments (block size only
+    where asked: the engine's default otherwise)."""
+    kw: dict[str, Any] = dict(num_kv_blocks=options.num_kv_blocks,
+                              enable_prefix_caching=options.enable_prefix_caching)
+    if options.block_size:
+        kw["block_size"] = options.block_size
+    return kw
 
 
 def label_phases(llm: LLM) -> phases.PhaseProbe:
@@ -84,13 +108,16 @@ class BundledSession:
                        speculative_method=options.speculative_method,
                        draft_model=_draft_model(side, options),
                        pd_disagg=options.pd_disagg, dtype=options.dtype,
-                       debug_poison_freed_slots=options.state_audit and side.runner == "v2")
+                       logprobs_mode=options.logprobs_mode,
+                       debug_poison_freed_slots=options.state_audit and side.runner == "v2",
+                       **_kv_cache_kwargs(options))
         self.startup_s = time.perf_counter() - t0      # load + warmup
         self.probe = label_phases(self.llm)
         self.vocab_size = self.llm.model_config.vocab_size
         self._audits: list[AuditSample] = []
         self.auditing = False          # the driver turns it on outside timed passes
         self._step0 = self._step_counts()
+        self._kv0 = self._kv_counts()
         self._admitted = self._reused = 0
         self._slots_seen: set[tuple[str, int]] = set()
         self.llm.add_step_callback(self._count_admissions)
@@ -128,6 +155,16 @@ class BundledSession:
             if req is not None:
                 self._chunks.chunk(core.name, rid, start, n[rid], req.prompt_len)
 
+    def _kv_counts(self) -> dict[str, int]:
+        """Preemptions, and with prefix caching its queried and hit tokens (vLLM's
+        `prefix_cache_queries` / `prefix_cache_hits`), over the engine's instances so far."""
+        scheds = [c.scheduler for c in self.llm.cores]
+        out = dict(num_preemptions=sum(s.num_preemptions for s in scheds))
+        if self.llm.config.enable_prefix_caching:
+            out.update(prefix_cache_queries=sum(s.prefix_cache_queries for s in scheds),
+                       prefix_cache_hits=sum(s.prefix_cache_hits for s in scheds))
+        return out
+
     def _step_counts(self) -> dict[str, int]:
         return {c.name: len(c.step_records) for c in self.llm.cores}
 
@@ -159,17 +196,20 @@ class BundledSession:
                           num_accepted_tokens=m.num_accepted_tokens if spec else None,
                           accepted_per_pos=list(m.accepted_per_pos) if spec else None,
                           # the bundled pair's prefill instance samples the first token
-                          prefill_done_time=m.token_times[0] if pd else None)
+                          prefill_done_time=m.token_times[0] if pd else None,
+                          logprobs=None if o.outputs[0].logprobs is None else [
+                              TokenLogprob(x.logprob, x.rank, list(x.top))
+                              for x in o.outputs[0].logprobs])
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
-                 sampling: Sampling | None = None) -> list[Completion]:
+                 sampling: Sampling | None = None,
+                 logprobs: int | None = None) -> list[Completion]:
         if sampling is None:
             sps: SamplingParams | list[SamplingParams] = SamplingParams(
-                temperature=0.0, max_tokens=max_tokens, stop=list(stop))
+                temperature=0.0, max_tokens=max_tokens, stop=list(stop), logprobs=logprobs)
         else:
-            sps = [SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
-                                  top_k=sampling.top_k, seed=seed, max_tokens=max_tokens,
-                                  stop=list(stop)) for seed in sampling.seeds]
+            sps = [SamplingParams(**sampling.engine_kwargs(), seed=seed, max_tokens=max_tokens,
+                                  stop=list(stop), logprobs=logprobs) for seed in sampling.seeds]
         return [self._completion(o) for o in self.llm.generate(prompts, sps)]
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
@@ -193,6 +233,7 @@ class BundledSession:
 
     def counters(self) -> dict[str, float]:
         out = dict(admissions=self._admitted, **self._chunks.counters())
+        out.update({k: v - self._kv0[k] for k, v in self._kv_counts().items()})
         if self.llm.config.runner == "v2":
             out["slot_reuses"] = self._reused
         return out
@@ -212,6 +253,7 @@ class BundledSession:
 
     def reset_steps(self) -> None:
         self._step0 = self._step_counts()
+        self._kv0 = self._kv_counts()
         self._audits = []
         self._admitted = self._reused = 0
         self._chunks.reset()
@@ -220,14 +262,12 @@ class BundledSession:
         return list(self._audits)
 
     def _attention_backend(self) -> str:
-        """What the bundled model's attention runs on here (runner_impl/model/llama.py):
-        Triton paged kernels for bf16/fp16 on CUDA, PyTorch otherwise."""
+        """What the bundled model's attention runs on here: its name (attention_backend)
+        and what it is."""
         cfg = self.llm.config
-        if cfg.torch_device.type != "cuda":
-            return "TORCH (reference paged attention)"
-        if cfg.torch_dtype in (torch.bfloat16, torch.float16):
-            return "TRITON (paged varlen + fused decode)"
-        return "TORCH_SDPA"
+        name = attention_backend(str(cfg.torch_device), str(cfg.torch_dtype).removeprefix(
+            "torch."))
+        return f"{name} ({BACKEND_KINDS[name]})" if BACKEND_KINDS.get(name) else name
 
     def resolved(self) -> dict[str, Any]:
         cfg = self.llm.config
@@ -240,12 +280,15 @@ class BundledSession:
                     phase_probe=self.probe.as_dict(), sampler=SAMPLER,
                     device=str(cfg.torch_device),
                     dtype=str(cfg.torch_dtype).removeprefix("torch."),
-                    model=str(self.llm.model_dir), faults=list(self.side.faults),
+                    model=str(self.llm.model_dir),
+                    random_weights=is_random_weights(self.llm.model_dir),
+                    faults=list(self.side.faults),
                     seed=self.side.seed, startup_s=round(self.startup_s, 3),
                     engine={k: getattr(cfg, k) for k in (
                         "max_num_seqs", "max_num_batched_tokens", "block_size",
+                        "num_kv_blocks", "enable_prefix_caching",
                         "num_speculative_tokens", "speculative_method", "pd_disagg",
-                        "debug_poison_freed_slots")})
+                        "async_scheduling", "debug_poison_freed_slots", "logprobs_mode")})
 
     def close(self) -> None:
         self.llm = None
@@ -307,6 +350,11 @@ class BundledTarget:
                 "ngram", "draft"):
             return (f"the bundled runner drafts with ngram or a draft model, not "
                     f"{options.speculative_method!r} (unsupported here)")
+        asked = options.engine_args.get("attention_backend")      # a suite's (its sweep)
+        own = attention_backend(side.device, options.dtype)
+        if isinstance(asked, str) and asked.upper() not in (own, "AUTO"):
+            return (f"the bundled runner has one attention backend on {side.device}, {own}; "
+                    f"not {asked} (unsupported here)")
         return None
 
     def engine_key(self, side: SideSpec, options: EngineOptions) -> Any:

@@ -41,10 +41,11 @@ EngineArgs before any engine starts (vllm_engine_args), are part of the engine k
 recorded with what the engine made of them (`resolved[...]["engine"]`).
 
 Not supported here, said before any engine starts (`unsupported`): warmup coverage on CPU
-(vLLM's CPU build dispatches no CUDA-graph classes), and speculative methods the runner
-refuses (vLLM 0.26's V2 speculates only with eagle, eagle3, mtp, dflash and dspark). A
-refusal vLLM itself raises at start ("Model Runner V2 does not yet support ...") is mapped to
-"unsupported here" too.
+(vLLM's CPU build dispatches no CUDA-graph classes), speculative methods the runner
+refuses (vLLM 0.26's V2 speculates only with eagle, eagle3, mtp, dflash and dspark), and an
+attention backend a suite asks for that the side's vLLM lacks here (vllm_backends). A
+refusal vLLM itself raises at start ("Model Runner V2 does not yet support ...", "Selected
+backend ... is not valid") is mapped to "unsupported here" too.
 """
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ from mrbench.runner_impl.default_model import (
 )
 
 from .. import builds
-from . import vllm_engine_args, vllm_faults, vllm_ruler
-from .base import Footprint, SideSpec, register
+from . import vllm_backends, vllm_engine_args, vllm_faults, vllm_ruler
+from .base import Footprint, SideSpec, engine_args_of, register
 from .vllm_args import (
     ENGINE_HOST_BYTES,
     ENGINE_OVERHEAD_BYTES,
@@ -156,7 +157,16 @@ class VllmTarget:
 
     def unsupported(self, side: SideSpec, options: EngineOptions,
                     needs: frozenset[str] = frozenset()) -> str | None:
-        return unsupported_reason(side, options, needs)
+        """unsupported_reason, then an attention backend the suite asks for that this
+        side's vLLM lacks here (vllm_backends)."""
+        why = unsupported_reason(side, options, needs)
+        backend = options.engine_args.get("attention_backend")
+        if why is None and isinstance(backend, str):
+            args = engine_args_of(side, options)
+            backend = args.get("attention_backend", backend)      # the command line's wins
+            why = vllm_backends.unsupported(side, str(backend), options, args,
+                                            self._model_config(side)[1])
+        return why
 
     def engine_key(self, side: SideSpec, options: EngineOptions) -> str:
         return engine_key(side, options, self._model_dir(side), self.context_len(side))

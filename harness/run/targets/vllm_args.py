@@ -108,11 +108,17 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
                               max_num_seqs=options.max_num_seqs,
                               max_num_batched_tokens=options.max_num_batched_tokens,
                               disable_log_stats=False,          # spec-decode counters
-                              enable_prefix_caching=False,      # like the bundled runner
+                              # off unless the workload asks, as on the bundled runner
+                              enable_prefix_caching=options.enable_prefix_caching,
+                              logprobs_mode=options.logprobs_mode,
                               gpu_memory_utilization=0.3 if side.device == "cpu" else
                               round(share, 4))
     if options.pd_disagg:
         kw["block_size"] = pd_block_size(side.device)
+    if options.block_size:
+        kw["block_size"] = options.block_size
+    if options.num_kv_blocks:            # a KV cache short on purpose (preemption workloads)
+        kw["num_gpu_blocks_override"] = options.num_kv_blocks
     k = options.num_speculative_tokens
     if k:
         if options.speculative_method == "ngram":
@@ -194,6 +200,10 @@ def planned_kv_cache_bytes(share: float, total: int, weights: int) -> int:
     return max(MIN_KV_CACHE_BYTES, int(share * total) - weights - ENGINE_OVERHEAD_BYTES)
 
 
+# Engine arguments that put the model runners in worker processes, one per rank.
+PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
 def unsupported_reason(side: SideSpec, options: EngineOptions,
                        needs: frozenset[str] = frozenset()) -> str | None:
     """Why this engine shape cannot run on the vllm target here (before starting it)."""
@@ -208,10 +218,20 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
             return (f"vLLM's Model Runner V2 does not support {method!r} speculative "
                     f"decoding (it speculates with {', '.join(V2_SPEC_METHODS)}; vLLM "
                     f"{installed_version()}) (unsupported here)")
+    args = engine_args_of(side, options)
+    ranks = {n: v for n in PARALLEL_ARGS if isinstance(v := args.get(n), int)}
+    if any(v > 1 for v in ranks.values()):
+        said = ", ".join(f"{n}={v}" for n, v in ranks.items() if v > 1)
+        return (f"{said}: the harness times, profiles and audits the model runner in the "
+                "engine's own process, and vLLM runs the runner of each rank in a worker "
+                "process of its own, which is not measured per rank yet (unsupported here)")
     return None
 
 
-_V2_REFUSAL = re.compile(r"Model Runner V2 does not (yet )?support")
+# vLLM's own refusals of a feature at engine start: its V2 runner's, and an attention
+# backend that cannot run this configuration (platforms/cuda.py get_attn_backend_cls)
+_REFUSAL = re.compile(r"Model Runner V2 does not (yet )?support|"
+                      r"Selected backend \S+ is not valid for this configuration")
 _MEMORY = re.compile(r"Free memory on device|No available memory for the cache blocks|"
                      r"CUDA out of memory|OutOfMemoryError|less than desired GPU memory")
 
@@ -222,7 +242,7 @@ def start_error(e: BaseException, side: SideSpec, options: EngineOptions,
     refusal of a feature becomes "unsupported here"; a memory failure names the share it
     asked for and what to change; a PD pair's engine is named."""
     text = " ".join(str(e).split())
-    if _V2_REFUSAL.search(text):
+    if _REFUSAL.search(text):
         return Unsupported(f"{text} (unsupported here)")
     which = f"{side.target}:{side.runner}" + (f" {instance}" if instance else "")
     if _MEMORY.search(text):

@@ -24,6 +24,10 @@ from ...measure.prefill_chunks import PrefillChunks
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "spec_num_drafts",
                 "vllm:spec_decode_num_draft_tokens": "spec_num_draft_tokens",
                 "vllm:spec_decode_num_accepted_tokens": "spec_num_accepted_tokens"}
+# The KV cache's counters, under the names the bundled target gives the same counts
+KV_METRICS = {"vllm:num_preemptions": "num_preemptions",
+              "vllm:prefix_cache_queries": "prefix_cache_queries",
+              "vllm:prefix_cache_hits": "prefix_cache_hits"}
 
 
 class VllmEngine:
@@ -106,7 +110,10 @@ class VllmEngine:
             if req is not None and rid in n:
                 self.chunks.chunk(self.instance, rid, start, n[rid], req.num_prompt_tokens)
 
-    def spec_totals(self) -> dict[str, float]:
+    def counter_totals(self) -> dict[str, float]:
+        """vLLM's own counters since the engine started (its Prometheus metrics, read in
+        this process): spec decode's and the KV cache's (preemptions, prefix-cache queried
+        and hit tokens); empty where stats are off."""
         out: dict[str, float] = {}
         try:
             metrics = self.llm.get_metrics()
@@ -115,6 +122,8 @@ class VllmEngine:
         for m in metrics:
             if m.name in SPEC_METRICS:
                 out[SPEC_METRICS[m.name]] = float(getattr(m, "value", 0) or 0)
+            elif m.name in KV_METRICS:
+                out[KV_METRICS[m.name]] = float(getattr(m, "value", 0) or 0)
             elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
                 for j, v in enumerate(getattr(m, "values", []) or []):
                     out[f"spec_accepted_pos_{j}"] = float(v)

@@ -53,6 +53,7 @@ OWNED: dict[str, str] = {
     "spec_tokens": _SPEC_SAME,
     "kv_transfer_config": "the workload's mode: pd (its PD pair's KV connector)",
     "disable_log_stats": "mrbench itself (it reads vLLM's stats: the spec-decode counters)",
+    "logprobs_mode": "the logprobs workload's entries (logprobs.raw, logprobs.processed)",
 }
 
 # Run in the side's interpreter: every EngineArgs field's annotation as a list of simple
@@ -98,16 +99,16 @@ print(json.dumps(dict(version=version, fields=fields)))
 '''
 
 
-def _probe_command(side: SideSpec) -> tuple[tuple[str, ...], str | None]:
-    """(argv, PYTHONPATH or None to inherit) that runs Python as `side`'s engine process
+def probe_command(side: SideSpec, script: str = _PROBE) -> tuple[tuple[str, ...], str | None]:
+    """(argv, PYTHONPATH or None to inherit) that runs `script` as `side`'s engine process
     would: its build's interpreter alone on its own import path (as harness.builds probes
     it), the harness's interpreter with a site build's folder first, or the harness's own."""
     if not side.build:
-        return (sys.executable, "-c", _PROBE), None
+        return (sys.executable, "-c", script), None
     b = builds.resolve(side.build)
     if b.kind == "venv":
-        return (b.python, "-I", "-c", _PROBE), None
-    return (b.python, "-c", _PROBE), os.pathsep.join(
+        return (b.python, "-I", "-c", script), None
+    return (b.python, "-c", script), os.pathsep.join(
         [b.path, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
@@ -134,7 +135,7 @@ def _probe(argv: tuple[str, ...], pythonpath: str | None) -> tuple[str, dict[str
 def field_specs(side: SideSpec) -> tuple[str, dict[str, list]]:
     """(vLLM version, {EngineArgs field: its annotation's alternatives}) of the vLLM that
     `side`'s engine will import (probed once per interpreter and import path)."""
-    return _probe(*_probe_command(side))
+    return _probe(*probe_command(side))
 
 
 def _fits(value: Any, alt: Any) -> bool:

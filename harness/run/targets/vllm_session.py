@@ -24,7 +24,9 @@ from mrbench.contract import (
     Sampling,
     Step,
     TimedPrompt,
+    TokenLogprob,
 )
+from mrbench.runner_impl.model.random_presets import is_random_weights
 from mrbench.runner_impl.thread_clock import thread_clock
 
 from ...measure import phases
@@ -49,6 +51,23 @@ from .vllm_args import (
 from .vllm_engine import StepWatchdog, VllmEngine
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def token_logprobs(token_ids: list[int], positions: Any, n: int) -> list[TokenLogprob] | None:
+    """vLLM's logprobs of a completion (per position a dict token id -> `Logprob`, holding
+    the generated token and the top-`n` by rank) as mrbench's: None when vLLM returned
+    none. The generated token's entry has its rank among the whole vocabulary, or its
+    place in the top-`n` where it is one of them (vLLM writes that one last)."""
+    if positions is None:
+        return None
+    out = []
+    for tok, pos in zip(token_ids, positions):
+        own = pos[tok]
+        ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in pos.items()
+                        if lp.rank is not None and lp.rank <= n)
+        out.append(TokenLogprob(float(own.logprob), int(own.rank),
+                                [(int(tid), float(lp)) for _, tid, lp in ranked[:n]]))
+    return out
 
 
 class VllmSession:
@@ -135,7 +154,7 @@ class VllmSession:
         self._next_id = 0
         self._idle_steps = 0
         self._watchdog = StepWatchdog()
-        self._counters0 = self._spec_totals()
+        self._counters0 = self._counter_totals()
         self._pd_totals: Counter[str] = Counter()
 
     @property
@@ -174,10 +193,13 @@ class VllmSession:
             return None
         warnings.showwarning = show
 
-    def _spec_totals(self) -> dict[str, float]:
+    def _counter_totals(self) -> dict[str, float]:
         out: Counter[str] = Counter()
         for e in self.engines.values():
-            out.update(e.spec_totals())
+            out.update(e.counter_totals())
+        if not self.options.enable_prefix_caching:       # vLLM counts them as 0 then
+            out.pop("prefix_cache_queries", None)
+            out.pop("prefix_cache_hits", None)
         return dict(out)
 
     # -- driving the engines -------------------------------------------------------------
@@ -286,7 +308,7 @@ class VllmSession:
         for rid, n in moved.items():
             self._kv_s[rid] += seconds * (n / total if total else 1 / len(moved))
 
-    def _completion(self, rid: str) -> Completion:
+    def _completion(self, rid: str, logprobs: int | None = None) -> Completion:
         o = self._done[rid]
         c = o.outputs[0]
         times = list(self._token_times.get(rid, []))
@@ -305,7 +327,9 @@ class VllmSession:
         return Completion(list(o.prompt_token_ids or []), list(c.token_ids), c.text,
                           self._arrivals[rid], times, c.finish_reason, kv_handoff_s=kv_s,
                           first_scheduled_time=scheduled if scheduled else None,
-                          prefill_done_time=prefill_done)
+                          prefill_done_time=prefill_done,
+                          logprobs=None if logprobs is None else token_logprobs(
+                              c.token_ids, c.logprobs, logprobs))
 
     def _run(self, add_all) -> list[str]:
         self._begin()
@@ -315,20 +339,21 @@ class VllmSession:
         return ids
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
-                 sampling: Sampling | None = None) -> list[Completion]:
+                 sampling: Sampling | None = None,
+                 logprobs: int | None = None) -> list[Completion]:
         from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
         if sampling is None:
-            sps = [SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop))
-                   ] * len(prompts)
+            sps = [SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop),
+                                  logprobs=logprobs)] * len(prompts)
         else:
-            sps = [SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
-                                  top_k=sampling.top_k, seed=seed, max_tokens=max_tokens,
-                                  stop=list(stop)) for seed in sampling.seeds]
+            sps = [SamplingParams(**sampling.engine_kwargs(), seed=seed, max_tokens=max_tokens,
+                                  stop=list(stop), logprobs=logprobs)
+                   for seed in sampling.seeds]
 
         def add_all():
             now = time.perf_counter()
             return [self._add(p, sp, now) for p, sp in zip(prompts, sps)]
-        return [self._completion(r) for r in self._run(add_all)]
+        return [self._completion(r, logprobs) for r in self._run(add_all)]
 
     def serve(self, requests: list[TimedPrompt]) -> list[Completion]:
         from vllm import SamplingParams  # lazy: vLLM is optional (the vllm target only)
@@ -352,7 +377,7 @@ class VllmSession:
         return [x for e in self.engines.values() for x in vllm_dispatch.log(e.runner())]
 
     def counters(self) -> dict[str, float]:
-        now = self._spec_totals()
+        now = self._counter_totals()
         out = {k: v - self._counters0.get(k, 0.0) for k, v in now.items()}
         out.update({k: float(v) for k, v in self._pd_totals.items()})
         for e in self.engines.values():             # prefill chunks (vllm_engine counts)
@@ -372,7 +397,7 @@ class VllmSession:
 
     def reset_steps(self) -> None:
         self._steps = []
-        self._counters0 = self._spec_totals()
+        self._counters0 = self._counter_totals()
         self._pd_totals = Counter()
         self._sync_warnings = self._sync_steps = 0
         self._audits = []
@@ -411,11 +436,13 @@ class VllmSession:
                        "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_AOT_COMPILE",
                        "VLLM_CACHE_ROOT")},
                    device=self.side.device, dtype=str(mc.dtype).removeprefix("torch."),
-                   model=self.model, faults=list(self.side.faults), seed=self.side.seed,
+                   model=self.model, random_weights=is_random_weights(self.model),
+                   faults=list(self.side.faults), seed=self.side.seed,
                    startup_s=round(self.startup_s, 3),
                    engine=dict(max_num_seqs=sc.max_num_seqs,
                                max_num_batched_tokens=sc.max_num_batched_tokens,
                                max_model_len=mc.max_model_len,
+                               async_scheduling=getattr(sc, "async_scheduling", None),
                                num_speculative_tokens=self.options.num_speculative_tokens,
                                speculative_method=self.options.speculative_method
                                if self.options.num_speculative_tokens else None,
