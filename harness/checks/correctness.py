@@ -54,7 +54,8 @@ def comparable_tokens(base: SideResult, cand: SideResult
     tokens, and how many were left out: an unseeded sampled request (`sampling_seed` None)
     is promised no stream, so no token-for-token check compares it."""
     unseeded = {i for i, r in enumerate(base.requests)
-                if "sampling_seed" in r and r["sampling_seed"] is None}
+                if r.get("sample_group") is not None and "sampling_seed" in r
+                and r["sampling_seed"] is None}
     rows = [(i, b, c) for i, (b, c) in enumerate(zip(base.tokens, cand.tokens))
             if i not in unseeded]
     return rows, len(unseeded & set(range(min(len(base.tokens), len(cand.tokens)))))
@@ -97,8 +98,10 @@ SAMPLED_STATS = ("distinct_streams", "output_tokens", "accuracy_strict")
 
 
 def is_sampled(side: SideResult) -> bool:
-    """The workload sampled several streams per prompt (rows carry `sample_group`)."""
-    return any("sample_group" in r for r in side.requests)
+    """The workload sampled several streams per prompt (rows carry `sample_group`; a side
+    read back from a run's tables has the column on every workload's rows, None where the
+    workload did not sample)."""
+    return any(r.get("sample_group") is not None for r in side.requests)
 
 
 def _sampled_groups(side: SideResult) -> dict[int, dict[str, float]]:

@@ -3,7 +3,13 @@ on synthetic sides: the test is judged only with enough prompts, passes equal st
 catches collapsed streams, and token agreement is not gated when samplers differ."""
 from mrbench.contract import SideResult
 from mrbench.harness.checks.compare import compare
-from mrbench.harness.checks.correctness import accuracy_check, min_sampled_prompts, sampled_check
+from mrbench.harness.checks.correctness import (
+    accuracy_check,
+    agreement_check,
+    is_sampled,
+    min_sampled_prompts,
+    sampled_check,
+)
 from mrbench.harness.record.suite import Thresholds
 
 TH = Thresholds(latency_metrics=[])
@@ -86,3 +92,21 @@ def test_accuracy_on_random_weights_is_not_measured():
     rw = accuracy_check("w", scored(right, True), scored(wrong, True), th)
     assert rw.verdict.value == "info" and rw.note.startswith("not measured: random weights")
     assert "on the baseline and the candidate" in rw.note and rw.delta is None
+
+
+def test_a_side_read_back_from_its_tables_is_greedy_where_its_workload_was():
+    """Read back from requests.csv (`compare`), every row has the sampled workload's
+    columns, None on a greedy workload: its requests are compared token for token, not
+    taken for unseeded samples, and it is not a sampled workload."""
+    def greedy(tokens: list[list[int]]) -> SideResult:
+        return SideResult(requests=[dict(req_index=i, sample_group=None, sampling_seed=None)
+                                    for i in range(len(tokens))], tokens=tokens)
+    base, cand = greedy([[1, 2], [3, 4]]), greedy([[1, 2], [3, 5]])
+    assert not is_sampled(cand)
+    agree = agreement_check("w", base, cand, TH)
+    assert agree.candidate == 0.5 and "unseeded" not in agree.note
+    sampled = SideResult(requests=[dict(req_index=0, sample_group=0, sampling_seed=None),
+                                   dict(req_index=1, sample_group=0, sampling_seed=7)],
+                         tokens=[[1], [2]])
+    assert is_sampled(sampled)
+    assert "1 unseeded requests not compared" in agreement_check("w", sampled, sampled, TH).note
