@@ -9,6 +9,8 @@ renamed into place only when complete; the command renders the reports once it i
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import shutil
@@ -26,13 +28,14 @@ from mrbench.contract import BadInput
 from ..checks import stats, stats_across_runs
 from ..checks.regate import first_waves
 from ..record.metrics import LATENCY
+from ..record.campaign_record import CleanRun, FaultMatrix, FaultRun
 from ..record.results import RESULTS_FORMAT, check_out, environment, read_summary, write_json
 from ..record.run_record import (
     Check,
+    Environment,
     RunSummary,
     RunVerdict,
     Verdict,
-    fault_status,
     overall_verdict,
 )
 from ..record.suite import Suite, Thresholds
@@ -94,11 +97,13 @@ class _Campaign:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]],
-             isolation: Isolation | None = None) -> tuple[dict, Path]:
+def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict | FaultMatrix]],
+             isolation: Isolation | None = None) -> tuple[dict | FaultMatrix, Path]:
     camp = _Campaign(out, isolation)
     try:
         filename, payload = body(camp)
+        if isinstance(payload, FaultMatrix):     # a typed result stamps its own format
+            return payload, camp.commit(filename, payload.to_json_dict())
         payload = dict(payload, results_format=RESULTS_FORMAT)   # read back by read_campaign
         return payload, camp.commit(filename, payload)
     except BaseException:
@@ -109,26 +114,24 @@ def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict]],
 def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str],
                  overrides: Overrides, out: Path, log=None,
                  isolation: Isolation | None = None,
-                 not_run: dict[str, str] | None = None) -> tuple[dict, Path]:
-    """{"clean": {verdict, false_alarms, flagged, exit}, "faults": {NAME: {caught, by, ...}},
-    "not_run": {NAME: why}}: `not_run`, the target's faults left out (nothing to catch)."""
-    def body(camp: _Campaign) -> tuple[str, dict]:
+                 not_run: dict[str, str] | None = None) -> tuple[FaultMatrix, Path]:
+    """faults.json (campaign_record.FaultMatrix): the suite clean, then once per fault;
+    `not_run`, the target's faults left out (nothing to catch)."""
+    def body(camp: _Campaign) -> tuple[str, FaultMatrix]:
         clean, code = camp.run("clean", suite, base, replace(cand, faults=()), overrides, log)
-        result = dict(suite=suite.name, target=clean.target, baseline=clean.baseline,
-                      candidate=clean.candidate,
-                      clean=dict(verdict=clean.verdict, false_alarms=len(flagged(clean)),
-                                 flagged=flagged(clean), exit=code,
-                                 failures=clean.to_json_dict()["failures"]),
-                      faults={}, not_run=dict(not_run or {}))
+        runs: dict[str, FaultRun] = {}
         for f in faults:
             d = run_dir_name(f)
-            s, code = camp.run(d, suite, base, replace(cand, faults=(f,)), overrides, log)
-            result["faults"][f] = dict(caught=bool(flagged(s)), by=flagged(s),
-                                       verdict=s.verdict, exit=code,
-                                       failures=s.to_json_dict()["failures"], dir=d)
-            result["faults"][f]["status"] = fault_status(result["faults"][f])
-        result["environment"] = environment()
-        return "faults.json", result
+            s, code_f = camp.run(d, suite, base, replace(cand, faults=(f,)), overrides, log)
+            runs[f] = FaultRun(caught=bool(flagged(s)), by=flagged(s), verdict=s.verdict,
+                               exit=code_f, failures=s.failures, dir=d)
+        return "faults.json", FaultMatrix(
+            suite=suite.name, target=clean.target, baseline=clean.baseline,
+            candidate=clean.candidate,
+            clean=CleanRun(verdict=clean.verdict, false_alarms=len(flagged(clean)),
+                           flagged=flagged(clean), exit=code, failures=clean.failures),
+            faults=runs, not_run=dict(not_run or {}),
+            environment=Environment.model_validate(environment()))
     return _guarded(out, body, isolation)
 
 
@@ -208,9 +211,11 @@ def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, RunSummary
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:         # else a mistyped piece of a study would be left out without a word
         raise BadInput(f"no such directory: {', '.join(missing)}")
-    files = sorted(f for d in dirs for f in d.glob("**/summary.json"))
+    # one entry per file: `DIR DIR/sub` names the runs under DIR/sub twice
+    files = sorted({f.resolve(): f for d in dirs for f in d.glob("**/summary.json")}.values())
     if not files:
         raise BadInput(f"no run summary.json under {', '.join(map(str, dirs))}")
+    _one_copy_each([f.parent for f in files])
     runs = [(f.parent, read_summary(f.parent)) for f in files]
     base = suite.name.split(".")[0]          # gpu-quick:gsm8k runs are "gpu-quick.gsm8k"
     other = sorted({s.suite for _, s in runs if str(s.suite).split(".")[0] != base},
@@ -221,6 +226,27 @@ def finished_runs(dirs: list[Path], suite: Suite) -> list[tuple[Path, RunSummary
     if not any(c.workload.split(".")[0] in wanted for _, s in runs for c in s.checks):
         raise BadInput(f"the runs are not of suite {suite.name}")
     return runs
+
+
+def _one_copy_each(run_dirs: list[Path]) -> None:
+    """BadInput (one line) when two of `run_dirs` hold one run: a copy of a study's pieces
+    read back beside the original would count each of its runs twice, and every rate,
+    spread and projection built on them would claim runs that never happened. A run is
+    known by its summary's bytes and its manifest's creation time (to the microsecond);
+    one whose manifest names no creation time is not matched. Directories nested in each other (`DIR
+    DIR/sub`) are globbed once already."""
+    seen: dict[tuple[str, str], Path] = {}
+    for d in run_dirs:
+        manifest = d / "manifest.json"
+        created = json.loads(manifest.read_text()).get("created") if manifest.is_file() \
+            else None
+        if not created:                 # no moment recorded: nothing to match it by
+            continue
+        key = (hashlib.sha256((d / "summary.json").read_bytes()).hexdigest(), created)
+        if key in seen:
+            raise BadInput(f"{seen[key]} and {d} are one run read twice (the same summary "
+                           "and creation time): pass each run once")
+        seen[key] = d
 
 
 def clean_runs_only(runs: list[tuple[Path, RunSummary]]) -> list[tuple[Path, RunSummary]]:

@@ -73,7 +73,8 @@ def _finish(a: argparse.Namespace, res: dict, path: Path | None) -> int:
 def print_calibration(res: dict) -> None:
     """calibration.json's table: per check, the false alarms, the A/A spread of its delta
     and, for a latency check judged with a CI, the projected MDE."""
-    print(f"{res['baseline']} vs {res['candidate']}, {res['n']} runs of {res['suite']}")
+    print(f"candidate {res['candidate']} vs baseline {res['baseline']}, {res['n']} runs of "
+          f"{res['suite']}")
     w = max(len(k) for k in res["checks"])
     for name, c in res["checks"].items():
         spread = "" if c["delta_max"] is None else \

@@ -15,6 +15,7 @@ from mrbench.workloads import workloads as known_workloads
 
 from ..measure import canary
 from ..measure.affinity import pin_cpus
+from ..record.campaign_record import FaultMatrix
 from ..record.metrics import checked_percentiles
 from ..record.results import check_out, write_json
 from ..record.run_record import RunSummary, Verdict
@@ -304,7 +305,7 @@ def render_run(path: Path) -> Path:
     return render_report(path)
 
 
-def render_campaign_reports(path: Path, kind: str, res: dict) -> Path:
+def render_campaign_reports(path: Path, kind: str, res: dict | FaultMatrix) -> Path:
     """Every run's report.html under the committed campaign directory, then the campaign's
     own (its matrix or table links to theirs); `kind` is faults, calibrate or power."""
     from ..show.campaign_report import render_campaign  # lazy: matplotlib, as in render_run

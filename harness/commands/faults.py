@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..campaigns.campaign import fault_matrix
 from ..record.errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
 from ..record.results import default_out
-from ..record.run_record import fault_status
+from ..record.campaign_record import FaultStatus
 from ..run.targets.base import get_target
 from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
 
@@ -26,23 +26,20 @@ def main(a: argparse.Namespace) -> int:
                              isolation=isolation_of(a), not_run=not_run)
     render_campaign_reports(path, "faults", res)
     if a.json:
-        print_campaign_json(res)
+        print_campaign_json(res.to_json_dict())
     else:
-        c = res["clean"]
-        print(f"clean: {c['verdict']} ({c['false_alarms']} false alarms"
-              f"{': ' + ', '.join(c['flagged']) if c['flagged'] else ''})")
-        for name, r in res["faults"].items():
-            by = ", ".join(r["by"]) if r["by"] else "-"
-            status = fault_status(r)
-            why = f" ({r['failures'][0]['side']}: {r['failures'][0]['error'][:160]})" \
-                if status == "not measured" else ""
-            print(f"{name:<26} {status.upper() if r['caught'] else status}  by {by}{why}")
-        for name, why in res["not_run"].items():
+        c = res.clean
+        print(f"clean: {c.verdict} ({c.false_alarms} false alarms"
+              f"{': ' + ', '.join(c.flagged) if c.flagged else ''})")
+        for name, r in res.faults.items():
+            by = ", ".join(r.by) if r.by else "-"
+            why = f" ({r.failures[0].side}: {r.failures[0].error[:160]})" \
+                if r.status == FaultStatus.NOT_MEASURED else ""
+            print(f"{name:<26} {r.status.upper() if r.caught else r.status}  by {by}{why}")
+        for name, why in res.not_run.items():
             print(f"{name:<26} not run: nothing to catch on vLLM {info.get('installed')}: "
                   f"{why} (name it with --fault to run it)")
         print(f"results: {path}")
-    runs = [res["clean"], *res["faults"].values()]
-    if any(r["failures"] for r in runs):
+    if res.any_failed():
         return EXIT_RUN_FAILED
-    ok = res["clean"]["false_alarms"] == 0 and all(r["caught"] for r in res["faults"].values())
-    return EXIT_PASS if ok else EXIT_REGRESSION
+    return EXIT_PASS if res.all_caught_without_false_alarms() else EXIT_REGRESSION

@@ -86,7 +86,8 @@ def print_power(res: dict) -> None:
     over runs, rate), the measured MDE, and the clean runs' projected MDE beside it."""
     pcts = res["pcts"]
     plan = res["runs_per_plan"]
-    print(f"{res['baseline']} vs {res['candidate']} + slow-step, {res['suite']}: runs "
+    print(f"candidate {res['candidate']} + slow-step vs baseline {res['baseline']}, "
+          f"{res['suite']}: runs "
           + ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} {v}" for k, v in plan.items()))
     w = max((len(k) for k in res["checks"]), default=10)
     print(f"{'check':<{w}}  {'false alarms':>12}  "

@@ -1,8 +1,8 @@
-"""`mrbench schema summary|manifest`: the JSON Schema of a run's summary.json or
-manifest.json, printed as JSON.
+"""`mrbench schema summary|manifest|faults`: the JSON Schema of a run's summary.json or
+manifest.json, or of a fault campaign's faults.json, printed as JSON.
 
-Why a command: the schemas are generated from the run record's models
-(harness/record/run_record.py), so a tool that reads runs can validate against exactly what
+Why a command: the schemas are generated from the record's models
+(harness/record/schemas.py), so a tool that reads runs can validate against exactly what
 this mrbench writes and reads; docs/schema/ holds the output committed, and a unit test
 fails when the models and the committed files part.
 """
@@ -12,7 +12,7 @@ import argparse
 import json
 
 from ..record.errors import EXIT_PASS
-from ..record.run_record import SCHEMAS, json_schema
+from ..record.schemas import SCHEMAS, json_schema
 
 
 def schema_text(which: str) -> str:
@@ -22,7 +22,7 @@ def schema_text(which: str) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("which", choices=sorted(SCHEMAS),
-                   help="summary (summary.json) or manifest (manifest.json)")
+                   help="summary (summary.json), manifest (manifest.json) or faults (faults.json)")
 
 
 def main(a: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ Why one home: the verdicts were bare strings spelt out wherever they were made o
 dict built in four places and read by string keys in a dozen, so a typo in one of them
 was a check that silently never matched. Here each value and each field is written once;
 everything else names the member or the attribute. pydantic v2 models validate what is
-read back and give the JSON Schema that docs/schema/ publishes (`json_schema`).
+read back; docs/schema/ publishes their JSON Schema (record/schemas.py).
 
 Why StrEnum: a member *is* its JSON string. `json.dumps(Verdict.REGRESSION)` writes the
 member's value, so the files come out as they did; and a verdict read back from a run (a
@@ -380,22 +380,3 @@ class Manifest(Environment):
         """What `side` resolved for `workload` (empty when the run did not record it)."""
         return (self.resolved.get(workload) or {}).get(side) or {}
 
-
-SCHEMAS: dict[str, type[BaseModel]] = {"summary": RunSummary, "manifest": Manifest}
-
-
-def json_schema(which: str) -> dict[str, Any]:
-    """The JSON Schema of summary.json or manifest.json (what a reader accepts), as
-    docs/schema/ publishes it and `mrbench schema` prints it (JSON Schema 2020-12, what
-    pydantic generates)."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            **SCHEMAS[which].model_json_schema()}
-
-
-def fault_status(r: dict) -> str:
-    """A fault run's row of a campaign: "caught", "missed", or "not measured". A fault run
-    that flagged nothing because an engine failed (a side could not run a workload) measured
-    nothing, so it did not miss."""
-    if r.get("caught"):
-        return "caught"
-    return "not measured" if r.get("failures") else "missed"

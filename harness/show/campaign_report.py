@@ -11,25 +11,27 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..record.run_record import fault_status
+from ..record.campaign_record import CleanRun, FaultMatrix
 from . import coverage
 from .formatting import fmt_exceedance, fmt_heterogeneity, fmt_num, fmt_projected_mde, fmt_realized
 from .html import environment, fig_to_data_uri, write_atomic
 
 
-def _matrix(res: dict) -> dict:
-    runs = [("clean", res["clean"]), *res["faults"].items()]
-    cols = sorted({c for _, r in runs for c in (r.get("flagged") or r.get("by") or [])})
+def _matrix(res: FaultMatrix) -> dict:
+    runs = [("clean", res.clean), *res.faults.items()]
+    hits_of = {name: set(r.flagged if isinstance(r, CleanRun) else r.by) for name, r in runs}
+    cols = sorted(set().union(*hits_of.values()))
     rows = []
     for name, r in runs:
-        hits = set(r.get("flagged") or r.get("by") or [])
-        good = (not hits) if name == "clean" else bool(hits)
-        status = ("pass" if good else "FALSE ALARM") if name == "clean" else \
-            ("caught" if good else fault_status(r).upper())
-        rows.append(dict(name=name, status=status, good=good,
-                         link=f"{r.get('dir', name)}/report.html",
+        hits = hits_of[name]
+        if isinstance(r, CleanRun):
+            good, status, link = not hits, "pass" if not hits else "FALSE ALARM", "clean"
+        else:
+            good, link = bool(hits), r.dir or name
+            status = "caught" if good else r.status.upper()
+        rows.append(dict(name=name, status=status, good=good, link=f"{link}/report.html",
                          hits=[c in hits for c in cols]))
-    return dict(columns=cols, rows=rows, not_run=res.get("not_run") or {})
+    return dict(columns=cols, rows=rows, not_run=res.not_run)
 
 
 def _calibration_plot(checks: dict) -> str | None:
@@ -115,7 +117,7 @@ def _fmt_detection(d: dict) -> str:
     return "not measured" if not d["runs"] else f"{d['detected']}/{d['runs']} ({d['rate']:.0%})"
 
 
-def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None = None) -> Path:
+def render_campaign(camp_dir: Path, kind: str, res: dict | FaultMatrix, max_rate: float | None = None) -> Path:
     runs = sorted(p.name for p in camp_dir.iterdir() if (p / "summary.json").is_file())
     # what the suite exercised, from one of its runs: the clean run of a fault matrix (the
     # faults change no parameter), else the first
@@ -127,7 +129,8 @@ def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None
         per = ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} x {v}"
                         for k, v in res["runs_per_plan"].items())
         ctx.update(title=f"mrbench power: {res['suite']} ({per})",
-                   subtitle=f"{res['baseline']} vs {res['candidate']}: {res['method']}",
+                   subtitle=f"{res['candidate']} (candidate) vs {res['baseline']} (baseline): "
+                            f"{res['method']}",
                    plots={k: fig_to_data_uri(f) for k, f in power_figures(res).items()},
                    pcts=[f"{p:g}" for p in res["pcts"]],
                    power=[dict(name=n, threshold=c["threshold"], judged=c["judged"],
@@ -139,12 +142,13 @@ def render_campaign(camp_dir: Path, kind: str, res: dict, max_rate: float | None
                           for n, c in res["checks"].items()])
         ctx["realized"] = fmt_realized(res)
     elif kind == "faults":
-        ctx.update(title=f"mrbench faults: {res['suite']}",
-                   subtitle=f"{res['baseline']} (baseline) vs {res['candidate']} (candidate), "
-                            f"target {res['target']}", matrix=_matrix(res))
+        ctx.update(title=f"mrbench faults: {res.suite}",
+                   subtitle=f"{res.candidate} (candidate) vs {res.baseline} (baseline), "
+                            f"target {res.target}", matrix=_matrix(res))
     else:
         ctx.update(title=f"mrbench calibrate: {res['suite']} x {res['n']}",
-                   subtitle=f"{res['baseline']} vs {res['candidate']}: {res['method']}",
+                   subtitle=f"{res['candidate']} (candidate) vs {res['baseline']} (baseline): "
+                            f"{res['method']}",
                    plot=_calibration_plot(res["checks"]),
                    calibration=[dict(name=n, alarms=f"{c['false_alarms']}/{c['runs']}",
                                      rate=f"{c['rate']:.0%} ({c['rate_ci'][0]:.0%}-"

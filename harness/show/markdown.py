@@ -6,8 +6,9 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from ..record.results import read_campaign, read_record
-from ..record.run_record import Verdict, fault_status
+from ..record.campaign_record import read_fault_matrix
+from ..record.results import read_record
+from ..record.run_record import Verdict
 from . import coverage
 from .formatting import fmt_num, fmt_p
 
@@ -36,16 +37,13 @@ def run_markdown(run_dir: Path) -> str:
 
 
 def faults_markdown(camp_dir: Path) -> str:
-    res = read_campaign(camp_dir, "faults.json")
-    if not isinstance(res.get("clean"), dict) or not isinstance(res.get("faults"), dict):
-        raise BadInput(f"{camp_dir}: faults.json is not a fault matrix (no 'clean' and "
-                       "'faults')")
-    c = res["clean"]
-    lines = [f"### mrbench faults {res['suite']}", "",
-             f"clean run: **{c['verdict']}**, {c['false_alarms']} false alarms"
-             + (f" ({', '.join(c['flagged'])})" if c["flagged"] else ""), "",
+    res = read_fault_matrix(camp_dir)
+    c = res.clean
+    lines = [f"### mrbench faults {res.suite}", "",
+             f"clean run: **{c.verdict}**, {c.false_alarms} false alarms"
+             + (f" ({', '.join(c.flagged)})" if c.flagged else ""), "",
              "| fault | caught | by |", "|---|---|---|"]
-    for name, r in res["faults"].items():
-        lines.append(f"| {name} | {'yes' if r['caught'] else '**' + fault_status(r) + '**'} | "
-                     f"{', '.join(r['by']) or '-'} |")
+    for name, r in res.faults.items():
+        lines.append(f"| {name} | {'yes' if r.caught else '**' + r.status + '**'} | "
+                     f"{', '.join(r.by) or '-'} |")
     return "\n".join(lines) + "\n"

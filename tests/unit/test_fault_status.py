@@ -1,9 +1,13 @@
-"""A fault run that flagged nothing because an engine failed measured nothing: the matrix
-says "not measured" (with the failure), never "missed"; the table, the report and the
-markdown summary agree."""
+"""faults.json is one typed record (campaign_record.FaultMatrix): a fault run that flagged
+nothing because an engine failed measured nothing, so the matrix says "not measured" (with
+the failure), never "missed"; the table, the report and the markdown summary agree, and a
+file that is not a fault matrix is one line where it is read."""
 import json
 
-from mrbench.harness.record.run_record import fault_status
+import pytest
+
+from mrbench.contract import BadInput
+from mrbench.harness.record.campaign_record import FaultMatrix, FaultRun, read_fault_matrix
 from mrbench.harness.show.campaign_report import _matrix
 from mrbench.harness.show.markdown import faults_markdown
 
@@ -11,25 +15,44 @@ FAILED = [dict(workload="gsm8k-pd-eagle", side="baseline",
                error="RuntimeError: the PD pair's prefill engine failed in a step: boom")]
 
 
-def _res(**faults):
+def _res(**faults) -> dict:
     return dict(suite="pd-eagle", clean=dict(verdict="error", false_alarms=0, flagged=[],
-                                             failures=FAILED), faults=faults)
+                                             exit=3, failures=FAILED),
+                faults={n: dict(verdict="pass", exit=0, **r) for n, r in faults.items()})
+
+
+def _run(**r) -> FaultRun:
+    return FaultRun(verdict="pass", exit=0, **r)
 
 
 def test_caught_missed_and_not_measured_are_told_apart():
-    assert fault_status(dict(caught=True, by=["x/token_agreement"], failures=[])) == "caught"
-    assert fault_status(dict(caught=False, by=[], failures=[])) == "missed"
-    assert fault_status(dict(caught=False, by=[], failures=FAILED)) == "not measured"
+    assert _run(caught=True, by=["x/token_agreement"]).status == "caught"
+    assert _run(caught=False).status == "missed"
+    assert _run(caught=False, failures=FAILED).status == "not measured"
     # a check that fired still counts, even if another workload failed
-    assert fault_status(dict(caught=True, by=["x/y"], failures=FAILED)) == "caught"
+    assert _run(caught=True, by=["x/y"], failures=FAILED).status == "caught"
+    # derived, whatever an older or edited file says
+    assert FaultRun.model_validate(dict(caught=False, verdict="pass", exit=0,
+                                        status="caught")).status == "missed"
 
 
 def test_the_report_and_the_summary_say_not_measured(tmp_path):
     res = _res(**{"stale-slot-state": dict(caught=False, by=[], failures=FAILED),
                   "seq-lens-sync": dict(caught=False, by=[], failures=[])})
-    rows = {r["name"]: r["status"] for r in _matrix(res)["rows"]}
+    rows = {r["name"]: r["status"] for r in _matrix(FaultMatrix.model_validate(res))["rows"]}
     assert rows["stale-slot-state"] == "NOT MEASURED" and rows["seq-lens-sync"] == "MISSED"
     (tmp_path / "faults.json").write_text(json.dumps(res))
     md = faults_markdown(tmp_path)
     assert "| stale-slot-state | **not measured** |" in md
     assert "| seq-lens-sync | **missed** |" in md
+
+
+def test_the_matrix_reads_back_as_written_and_refuses_what_is_not_one(tmp_path):
+    m = FaultMatrix.model_validate(_res(**{"seq-lens-sync": dict(caught=True,
+                                                                 by=["g/syncs_per_step"])}))
+    (tmp_path / "faults.json").write_text(json.dumps(m.to_json_dict()))
+    assert read_fault_matrix(tmp_path) == m
+    assert m.to_json_dict()["faults"]["seq-lens-sync"]["status"] == "caught"
+    (tmp_path / "faults.json").write_text(json.dumps(dict(suite="q", clean={}, faults={})))
+    with pytest.raises(BadInput, match="faults.json is not a fault matrix .clean.verdict"):
+        read_fault_matrix(tmp_path)

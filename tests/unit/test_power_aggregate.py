@@ -2,6 +2,7 @@
 candidate's recorded faults, any number of each (a study split over GPU jobs), the MDE
 only where every larger size also reached the target, and what each size moved."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,22 @@ def test_the_estimates_figure_puts_each_run_against_its_checks_bar():
         assert bars == [pytest.approx(100 * res["checks"][name]["bar"])]
         cols = sorted({round(x) for (x, _), _ in points})
         assert cols == [0, 1, 2]                          # clean, +5 %, +10 %
+
+
+def test_a_run_read_twice_is_refused_and_nested_directories_count_once(tmp_path, capsys):
+    """A copy of a study's pieces beside the original would count each run twice (every
+    rate and projection then claims runs that never happened): one line, exit 2. A
+    directory named inside another is the same files, read once."""
+    _write_runs(tmp_path, lambda i, _: "lease1")
+    for i, d in enumerate(sorted((tmp_path / "lease1").iterdir())):
+        (d / "manifest.json").write_text(json.dumps({"created": f"2026-11-28T00:00:{i:02d}"}))
+    lease1 = str(tmp_path / "lease1")
+    assert main(["power", "gpu-quick:gsm8k", "--from-runs", lease1, f"{lease1}/r00",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs_per_plan"]["clean"] == 5
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copytree(tmp_path / "lease1" / "r02", copy / "r02")
+    assert main(["power", "gpu-quick:gsm8k", "--from-runs", lease1, str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "one run read twice" in err and "r02" in err

@@ -14,6 +14,7 @@ import pytest
 from support.history_runs import write_run
 from test_report import assert_self_contained, scan
 
+from mrbench.harness.record.campaign_record import FaultMatrix
 from mrbench.harness.campaigns.campaign import aggregate_calibration, aggregate_power
 from mrbench.harness.cli import main
 from mrbench.harness.record import history
@@ -247,11 +248,12 @@ def test_sparklines_of_each_gated_latency_figure_from_a_history(tmp_path, capsys
 # ---- campaigns ------------------------------------------------------------------------
 
 def test_a_faults_report_opens_on_its_catch_matrix(tmp_path):
-    res = dict(suite="quick", baseline="v1", candidate="v2", target="bundled",
-               clean=dict(flagged=[], dir="clean"),
-               faults={"seq-lens-sync": dict(by=["gsm8k/syncs_per_step"], caught=True,
-                                             failures=[], dir="seq-lens-sync")},
-               not_run={"stale-slot-state": "nothing to reset on this build"})
+    res = FaultMatrix(suite="quick", baseline="v1", candidate="v2", target="bundled",
+                      clean=dict(verdict="pass", false_alarms=0, flagged=[], exit=0),
+                      faults={"seq-lens-sync": dict(by=["gsm8k/syncs_per_step"], caught=True,
+                                                    verdict="regression", exit=1,
+                                                    dir="seq-lens-sync")},
+                      not_run={"stale-slot-state": "nothing to reset on this build"})
     html = render_campaign(tmp_path, "faults", res).read_text()
     head = html.split("</h1>", 1)[1]
     assert re.sub(r"\s+", " ", head.split('<table id="matrix-table">')[0]).count("<p") == 1

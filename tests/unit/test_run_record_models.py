@@ -25,7 +25,6 @@ from mrbench.harness.record.results import (
     read_summary,
 )
 from mrbench.harness.record.run_record import (
-    SCHEMAS,
     Bar,
     BarKind,
     Check,
@@ -34,6 +33,7 @@ from mrbench.harness.record.run_record import (
     RunVerdict,
     Verdict,
 )
+from mrbench.harness.record.schemas import SCHEMAS
 from mrbench.harness.record.suite import Thresholds
 from mrbench.harness.show.markdown import run_markdown
 from mrbench.harness.show.report import render_report
@@ -232,7 +232,7 @@ def test_build_is_the_gates_verdict():
 @pytest.mark.parametrize("which", sorted(SCHEMAS))
 def test_the_committed_schema_is_the_models(which, capsys):
     """docs/schema/ holds `mrbench schema WHICH`; regenerate it when a model changes:
-    `mrbench schema summary > docs/schema/summary.schema.json` (and manifest)."""
+    `mrbench schema summary > docs/schema/summary.schema.json` (and manifest, faults)."""
     committed = (ROOT / "docs" / "schema" / f"{which}.schema.json").read_text()
     assert committed == schema_text(which), f"docs/schema/{which}.schema.json is stale"
     assert main(["schema", which]) == 0
