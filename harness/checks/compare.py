@@ -18,6 +18,8 @@ from .correctness import accuracy_check, agreement_check, is_sampled, parity_che
 from .counts import (
     count_info,
     counts_vs_baseline,
+    rank_checks,
+    ranks_of,
     reference_check,
     sync_check,
     sync_warnings_check,
@@ -78,12 +80,16 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
     checks += [accuracy_check(wl, base, cand, th), agree, sampled_check(wl, base, cand, th),
                chunk_coverage_check(wl, base, cand), preemption_check(wl, base, cand),
                prefix_cache_check(wl, base, cand),
-               sync_check(wl, base, cand, th, relative=not cross),
+               *rank_checks(lambda b, c: [
+                   sync_check(wl, b, c, th, relative=not cross),
+                   count_info(wl, "ops_per_step", "ops", b, c),
+                   count_info(wl, "allocs_per_step", "allocs", b, c),
+                   counts_vs_baseline(wl, b, c, th) if same_runner(b, c) else None],
+                   base, cand),
                sync_warnings_check(wl, base, cand, th),
-               count_info(wl, "ops_per_step", "ops", base, cand),
-               count_info(wl, "allocs_per_step", "allocs", base, cand),
-               counts_vs_baseline(wl, base, cand, th) if same_runner(base, cand) else None,
-               audit_check(wl, cand, th), reference_check(wl, cand, reference, th),
+               audit_check(wl, cand, th),
+               # a stored reference holds one runner's counts: not a rank's
+               None if ranks_of(base, cand) else reference_check(wl, cand, reference, th),
                dispatch_check(wl, base, cand)]
     logprobs = logprobs_check(wl, base, cand)
     if logprobs is not None and cross:

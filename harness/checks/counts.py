@@ -8,6 +8,9 @@ the check says so, as an error, never a pass.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Callable
+
 import numpy as np
 
 from mrbench.contract import SideResult
@@ -18,6 +21,35 @@ from ..record.references import count_means
 from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from .sides import _not_gated, same_runner
+
+
+def ranks_of(*sides: SideResult) -> list[int]:
+    """The tensor-parallel ranks the sides' profiled passes were counted on (rows carry a
+    `rank` where the runners ran in the ranks' workers); empty for one runner."""
+    return sorted({int(r["rank"]) for s in sides for r in s.profile if "rank" in r})
+
+
+def on_rank(side: SideResult, rank: int) -> SideResult:
+    """The side as one rank saw it: its profile rows of that rank only (none: the rank
+    counted nothing, and its checks say "not measured")."""
+    return replace(side, profile=[r for r in side.profile if r.get("rank") == rank])
+
+
+def rank_checks(make: Callable[[SideResult, SideResult], list[Check | None]],
+                base: SideResult, cand: SideResult) -> list[Check | None]:
+    """`make`'s checks on the sides, or, where the runners ran in tensor-parallel ranks,
+    on each rank of either side, each check named for its rank (`syncs_per_step[rank1]`):
+    every rank is gated, and one that measured nothing is not measured, never a pass."""
+    ranks = ranks_of(base, cand)
+    if not ranks:
+        return make(base, cand)
+    out: list[Check | None] = []
+    for r in ranks:
+        for c in make(on_rank(base, r), on_rank(cand, r)):
+            if c is not None:
+                c.metric = f"{c.metric}[rank{r}]"
+            out.append(c)
+    return out
 
 
 def _per_step_mean(side: SideResult, column: str) -> float | None:

@@ -65,16 +65,33 @@ def _raw_events(prof) -> list[tuple[str, int, int, int]]:
     return out
 
 
-@contextmanager
-def profiled(device: str) -> Iterator[Profiled]:
-    """Profile CPU ops (and CUDA runtime calls on a GPU) with memory events."""
+def start_profile(device: str) -> profile:
+    """A started profiler of CPU ops (and CUDA runtime calls on a GPU) with memory events,
+    for a pass that spans calls (a tensor-parallel rank's, started and stopped by RPC);
+    `stop_profile` ends it."""
     acts = [ProfilerActivity.CPU]
     if device.startswith("cuda") and torch.cuda.is_available():
         acts.append(ProfilerActivity.CUDA)
+    prof = profile(activities=acts, profile_memory=True)
+    prof.start()
+    return prof
+
+
+def stop_profile(prof: profile) -> list[tuple[str, int, int, int]]:
+    """Stop a `start_profile` profiler; its raw events (name, start_ns, end_ns, nbytes)."""
+    prof.stop()
+    return _raw_events(prof)
+
+
+@contextmanager
+def profiled(device: str) -> Iterator[Profiled]:
+    """Profile CPU ops (and CUDA runtime calls on a GPU) with memory events."""
     holder = Profiled()
-    with profile(activities=acts, profile_memory=True) as prof:
+    prof = start_profile(device)
+    try:
         yield holder
-    holder.events = _raw_events(prof)
+    finally:
+        holder.events = stop_profile(prof)
 
 
 def is_sync(name: str, device: str = "cpu") -> bool:

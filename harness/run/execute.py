@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import time
 import traceback
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -110,14 +111,24 @@ def profiled_run(session: Session, prompts: list, batch: Batch, device: str
     session is remote (mrbench.harness.run.worker), since the profiler sees only its own process."""
     session.reset_steps()
     session.auditing = True      # state audits read the device: only in this pass
+    # tensor parallel: the runners are in the ranks' workers, each profiles its own part
+    # and counts it there (targets/vllm_ranks.py); a row per rank and step, with its rank
+    ranks = getattr(session, "ranks", None)
     try:
-        with profiled(device) as prof:
+        with profiled(device) as prof, \
+                (ranks.profiling(device, session.phase_labels) if ranks is not None
+                 else nullcontext()) as per_rank:
             _submit(session, prompts, batch, closed=True)
     finally:
         session.auditing = False
-    counts = count_per_step(prof.events, session.step_label, session.phase_labels, device)
-    for row, st in zip(counts, step_rows(session.steps())):        # both in time order
-        row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
+    steps = step_rows(session.steps())
+    per_source = (per_rank.rows if per_rank is not None else
+                  [count_per_step(prof.events, session.step_label, session.phase_labels,
+                                  device)])
+    for rows in per_source:
+        for row, st in zip(rows, steps):                          # both in time order
+            row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
+    counts = per_rank.table() if per_rank is not None else per_source[0]
     return counts, [asdict(a) for a in session.audits()]
 
 

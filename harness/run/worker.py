@@ -19,11 +19,13 @@ clock for every process on the machine.
 """
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
 import signal
 import sys
 import traceback
+import weakref
 from multiprocessing import spawn
 from pathlib import Path
 from typing import Any
@@ -167,6 +169,19 @@ def _start_in(proc: mp.process.BaseProcess, build: Build | None) -> None:
         spawn.set_executable(saved_exe)
 
 
+_LIVE: weakref.WeakSet = weakref.WeakSet()     # engine processes started by this harness
+
+
+@atexit.register
+def _kill_left_over() -> None:
+    """At exit, end every engine process still running (registered after multiprocessing's
+    own exit handler, so it runs first: that handler joins non-daemonic children)."""
+    for proc in list(_LIVE):
+        if proc.is_alive():
+            proc.kill()
+            proc.join(10)
+
+
 class EngineHost:
     """One engine process (spawned), reused for the sessions of one side while it is healthy
     and its target can reopen in a process; `EngineTimeout`/`EngineCrashed` retire it."""
@@ -176,9 +191,13 @@ class EngineHost:
         ctx = mp.get_context("spawn")
         self.timeout_s = timeout_s
         self.conn, child = ctx.Pipe()
+        # not daemonic: a daemonic process may not start children, and vLLM's tensor-
+        # parallel executor starts one worker process per rank; `_kill_left_over` ends
+        # engines still running when the harness exits, as a daemon's end would
         self.proc = ctx.Process(target=_child, args=(child,), name="mrbench-engine",
-                                daemon=True)
+                                daemon=False)
         _start_in(self.proc, build)
+        _LIVE.add(self.proc)
         child.close()
         self.log_path = Path(os.devnull)
         self.build = build

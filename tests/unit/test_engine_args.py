@@ -5,6 +5,8 @@ the harness's `LLM(...)` defaults, part of the engine key and named in the plan.
 
 The checks against real vLLM's fields are in tests/vllm/test_vllm_engine_args.py; here the
 fields come from a fixed table, so that no test waits for vLLM's import."""
+from dataclasses import replace
+
 import pytest
 
 from mrbench.contract import BadInput, EngineOptions, FrozenArgs
@@ -14,6 +16,7 @@ from mrbench.harness.run import engine_args, engine_plan
 from mrbench.harness.run.targets import vllm_engine_args
 from mrbench.harness.run.targets.base import SideSpec, engine_args_of
 from mrbench.harness.run.targets.vllm_args import (
+    cpu_thread_binding,
     engine_key,
     installed_version,
     llm_kwargs,
@@ -243,27 +246,33 @@ def test_a_bad_engine_arg_for_vllm_is_one_line_and_nothing_starts(tmp_path, caps
     assert words in line and not (tmp_path / "o").exists()
 
 
-def test_ranks_in_worker_processes_are_unsupported_here_before_any_start():
-    """With tensor (or pipeline, data) parallel ranks vLLM runs each rank's model runner in
-    a worker process of its own, which the harness does not measure yet: the shape is
-    "unsupported here" before an engine starts, never a run that measured the engine's
-    process and called it the runner's."""
+def test_tensor_parallel_runs_and_other_ranks_are_unsupported_here_before_any_start():
+    """Tensor-parallel ranks are measured in their workers (vllm_ranks); pipeline and data
+    parallel ranks, a PD pair with TP and warmup coverage at TP are not, and say so before
+    an engine starts, never a run that measured the engine's process as the runner's."""
     side = SideSpec("v2", device="cuda", target="vllm")
     tp2 = EngineOptions(engine_args=FrozenArgs(tensor_parallel_size=2))
-    assert "tensor_parallel_size=2" in unsupported_reason(side, tp2)
-    assert "not measured per rank" in unsupported_reason(side, tp2)
-    assert unsupported_reason(side, EngineOptions(engine_args=FrozenArgs(
-        tensor_parallel_size=1))) is None
+    assert unsupported_reason(side, tp2) is None
+    assert "PD pair" in unsupported_reason(side, replace(tp2, pd_disagg=True))
+    assert "dispatch classes" in unsupported_reason(side, tp2, frozenset({"dispatch_log"}))
     cli = SideSpec("v2", device="cuda", target="vllm",
                    engine_args=FrozenArgs(pipeline_parallel_size=2))
     assert "pipeline_parallel_size=2" in unsupported_reason(cli, EngineOptions())
+
+
+def test_cpu_ranks_get_their_own_cpus():
+    """vLLM's CPU backend binds each rank's OpenMP threads (VLLM_CPU_OMP_THREADS_BIND); its
+    default looks for a NUMA node per rank, so the harness splits the process's CPUs."""
+    assert cpu_thread_binding(2, [0, 1]) == "0|1"
+    assert cpu_thread_binding(2, [2, 3, 4, 5, 6]) == "2,3|4,5"
+    assert cpu_thread_binding(1, [0, 1]) is None and cpu_thread_binding(4, [0, 1]) is None
 
 
 @needs_vllm
 def test_a_run_whose_every_workload_is_unsupported_is_not_a_pass(tmp_path, capsys):
     """Nothing measured is an error (exit 3) that says so, never `verdict: pass`."""
     code = main(["run", "smoke", "--target", "vllm", "--candidate", "v1", "--baseline", "v1",
-                 "--engine-arg", "tensor_parallel_size=2", "--out", str(tmp_path / "o")])
+                 "--engine-arg", "pipeline_parallel_size=2", "--out", str(tmp_path / "o")])
     out = capsys.readouterr().out
     assert code == 3 and "NOT MEASURED: no workload ran here" in out
     assert "verdict: error" in out and "UNSUPPORTED HERE gsm8k" in out

@@ -75,12 +75,16 @@ def vllm_commit() -> str | None:
     return m.group(1) if m else None
 
 
-def engine_env(side: SideSpec, sync_check: str | None = None) -> dict[str, str]:
+def engine_env(side: SideSpec, sync_check: str | None = None, tp: int = 1) -> dict[str, str]:
     """The environment one side's engine runs under; set before vLLM is imported."""
     env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if side.runner == "v2" else "0",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}       # engine core in this process
     if side.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
+        bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or cpu_thread_binding(
+            tp, sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
+        if bind:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         # vllm-cpu 0.32.0 (torch 2.13) saves its AOT-compiled model but cannot load it back
         # ("'function' object has no attribute 'finalize_loading'"), so every engine start
         # compiled the model again: 42-58 s to ready on 2 cores. Without AOT, vLLM's
@@ -220,12 +224,39 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
                     f"{installed_version()}) (unsupported here)")
     args = engine_args_of(side, options)
     ranks = {n: v for n in PARALLEL_ARGS if isinstance(v := args.get(n), int)}
-    if any(v > 1 for v in ranks.values()):
-        said = ", ".join(f"{n}={v}" for n, v in ranks.items() if v > 1)
-        return (f"{said}: the harness times, profiles and audits the model runner in the "
-                "engine's own process, and vLLM runs the runner of each rank in a worker "
-                "process of its own, which is not measured per rank yet (unsupported here)")
+    if any(v > 1 for n, v in ranks.items() if n != "tensor_parallel_size"):
+        said = ", ".join(f"{n}={v}" for n, v in ranks.items()
+                         if v > 1 and n != "tensor_parallel_size")
+        return (f"{said}: the harness measures tensor-parallel ranks in their workers "
+                "(vllm_ranks.py); pipeline and data parallel ranks are not measured "
+                "(unsupported here)")
+    if tensor_parallel(side, options) > 1:
+        if options.pd_disagg:
+            return ("a PD pair with tensor_parallel_size > 1: the pair's two engines share "
+                    "one process here, and their ranks' workers are not joined by a "
+                    "connector across processes yet (unsupported here)")
+        if "dispatch_log" in needs:
+            return ("warmup coverage reads the CUDA-graph dispatch classes in the engine's "
+                    "process; with tensor_parallel_size > 1 the runners are in the ranks' "
+                    "workers, where it is not read yet (unsupported here)")
     return None
+
+
+def tensor_parallel(side: SideSpec, options: EngineOptions) -> int:
+    """The side's tensor_parallel_size (1 when not given)."""
+    tp = engine_args_of(side, options).get("tensor_parallel_size")
+    return tp if isinstance(tp, int) and tp > 0 else 1
+
+
+def cpu_thread_binding(tp: int, cpus: list[int]) -> str | None:
+    """VLLM_CPU_OMP_THREADS_BIND for `tp` ranks on vLLM's CPU backend: the process's CPUs
+    split into `tp` equal groups, "0|1" for two ranks on two CPUs (its "auto" binding
+    looks for NUMA nodes, one per rank). None when there are fewer CPUs than ranks."""
+    if tp <= 1 or len(cpus) < tp:
+        return None
+    per = len(cpus) // tp
+    groups = [cpus[i * per:(i + 1) * per] for i in range(tp)]
+    return "|".join(",".join(map(str, g)) for g in groups)
 
 
 # vLLM's own refusals of a feature at engine start: its V2 runner's, and an attention
@@ -302,7 +333,8 @@ def engine_key(side: SideSpec, options: EngineOptions, model: str,
     arguments among them) and the pinned environment. Workloads whose shapes give the same
     key share one engine."""
     kw = llm_kwargs(side, options, model, max_model_len or 0)
-    return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode()),
+    return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode(),
+                                                 tensor_parallel(side, options)),
                            faults=list(side.faults), pd=options.pd_disagg),
                       sort_keys=True, default=str)
 

@@ -193,13 +193,20 @@ def _apply_patch(p: SourcePatch) -> None:
         setattr(m, name, ns[name])
 
 
+_APPLIED: set[str] = set()      # the faults patched in this process (a forked worker
+                                # inherits the set with the patches)
+
+
 def apply(names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Apply the faults in this process (the engine's); what was patched, for the
-    manifest."""
+    """Apply the faults in this process (the engine's, or a tensor-parallel rank's); what
+    was patched, for the manifest. A fault already patched here is not patched again."""
     import vllm  # lazy: vLLM is optional (the vllm target only)
     check(names, getattr(vllm, "__version__", None))
     done = []
     for n in names:
+        if n in _APPLIED:
+            continue
+        _APPLIED.add(n)
         f = FAULTS[n]
         for p in f.patches:
             _apply_patch(p)

@@ -6,6 +6,7 @@ decode engine as vLLM's disaggregation proxy does (the class docstring says how)
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -30,7 +31,7 @@ from mrbench.runner_impl.model.random_presets import is_random_weights
 from mrbench.runner_impl.thread_clock import thread_clock
 
 from ...measure import phases
-from . import open_loop, vllm_dispatch, vllm_engine_args, vllm_faults, vllm_ruler
+from . import open_loop, vllm_dispatch, vllm_engine_args, vllm_faults, vllm_ranks, vllm_ruler
 from .base import SideSpec, Unsupported, engine_args_of
 from .vllm_args import (
     PD_CONNECTOR,
@@ -43,6 +44,7 @@ from .vllm_args import (
     pd_engine_kwargs,
     planned_kv_cache_bytes,
     start_error,
+    tensor_parallel,
     unsupported_reason,
     vllm_commit,
     vllm_kv_connector,
@@ -90,7 +92,8 @@ class VllmSession:
         why = unsupported_reason(side, options)
         if why:
             raise Unsupported(why)
-        os.environ.update(engine_env(side, sync_check))
+        self.tp = tensor_parallel(side, options)
+        os.environ.update(engine_env(side, sync_check, self.tp))
         if side.device.startswith("cuda:"):          # this engine's process sees one GPU
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", side.device.split(":", 1)[1])
         self.side, self.options, self.model = side, options, model
@@ -109,7 +112,8 @@ class VllmSession:
         self.ruler = vllm_ruler.StepRuler(self.ruler_pct) if self.ruler_pct else None
         if self.ruler is not None:
             self.faults_applied.append(self.ruler.record())
-        self.reads_dispatch = side.device.startswith("cuda")    # CPU vLLM: no graph classes
+        # CPU vLLM: no graph classes; tensor parallel: the runners are in the ranks' workers
+        self.reads_dispatch = side.device.startswith("cuda") and self.tp == 1
         if self.reads_dispatch:
             vllm_dispatch.install()      # before the engine exists: its warmup is recorded
         kw = llm_kwargs(side, options, model, max_model_len)
@@ -118,6 +122,7 @@ class VllmSession:
                 kw["gpu_memory_utilization"], torch.cuda.mem_get_info()[1], weight_bytes(model))
         self._kv_dir: str | None = None
         self.engines: dict[str, VllmEngine] = {}
+        self.ranks: vllm_ranks.Ranks | None = None
         if self.pd:
             self._kv_dir = tempfile.mkdtemp(prefix="mrbench-kv-",
                                             dir=os.environ.get("MRBENCH_KV_DIR") or None)
@@ -141,9 +146,14 @@ class VllmSession:
                     f" but its {e.instance} engine built {e.runner_class()} ({got})")
             if self.reads_dispatch:
                 vllm_dispatch.serving(e.runner())
-        self.probes = {name: phases.install(e.runner(), phases.VLLM_V2 if e.uses_v2()
-                                            else phases.VLLM_V1)
-                       for name, e in self.engines.items()}
+        # tensor parallel: each rank's runner is labelled, profiled and audited in its own
+        # worker (vllm_ranks); otherwise the one runner here
+        self.ranks = (vllm_ranks.Ranks(next(iter(self.engines.values())).llm, side.runner,
+                                       tuple(historic)) if self.tp > 1 else None)
+        self.probes = ({} if self.ranks else
+                       {name: phases.install(e.runner(), phases.VLLM_V2 if e.uses_v2()
+                                             else phases.VLLM_V1)
+                        for name, e in self.engines.items()})
         first = next(iter(self.engines.values()))
         self.tokenizer = first.llm.get_tokenizer()
         self.vocab_size = first.engine.vllm_config.model_config.get_vocab_size()
@@ -271,9 +281,7 @@ class VllmSession:
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
                                     e.kind(s), *clock, ruler_ms=ruler_ms))
             if self.auditing:               # outside the step range: the read is not counted
-                a = e.audit(len(self._steps) - 1, self.options.num_speculative_tokens)
-                if a is not None:
-                    self._audits.append(a)
+                self._audits += self._audit(e, len(self._steps) - 1)
         for o in outs:
             if e.instance == "prefill":
                 if o.finished:
@@ -285,6 +293,17 @@ class VllmSession:
             if o.finished:
                 self._done[o.request_id] = o
         return ran
+
+    def _audit(self, e: VllmEngine, step_index: int) -> list[AuditSample]:
+        """The state audit after a step: the engine's runner here, or every rank's in its
+        worker (an instance per rank: "colocated/rank1")."""
+        slack = self.options.num_speculative_tokens
+        if self.ranks is None:
+            a = e.audit(step_index, slack)
+            return [] if a is None else [a]
+        return [AuditSample(f"{e.instance}/rank{r}", step_index, hi, lo, slack)
+                for r, got in enumerate(self.ranks.audit()) if got is not None
+                for hi, lo in [got]]
 
     def _hand_off(self, o: Any, t_done: float) -> None:
         """The prefill engine finished a request: its KV is in the connector's store; the
@@ -415,17 +434,21 @@ class VllmSession:
         cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
         user_args = engine_args_of(self.side, self.options)
         out = dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
-                   else "v1", runner_class=back.runner_class(),
+                   else "v1", runner_class=(self.ranks.info[0]["runner_class"] if self.ranks
+                                            else back.runner_class()),
                    sync_free=self.side.runner == "v2",
                    sampler=SAMPLERS["v2" if cfg.use_v2_model_runner else "v1"],
                    engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
                    vllm_version=getattr(vllm, "__version__", installed_version()),
                    vllm_commit=vllm_commit(), vllm_dir=str(Path(vllm.__file__).parent),
                    build=self.side.build,
-                   attention_backend=", ".join(back.attention_backends()) or "unknown",
+                   attention_backend=", ".join(self.ranks.attention_backends() if self.ranks
+                                               else back.attention_backends()) or "unknown",
                    cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
                    kv_cache=back.kv_cache(),
-                   phase_probe=self.probes[back.instance].as_dict(),
+                   phase_probe=(self.ranks.phase_probe() if self.ranks
+                                else self.probes[back.instance].as_dict()),
+                   tensor_parallel=self.ranks.resolved() if self.ranks else None,
                    sync_check=dict(mode=self.sync_check, armed=self._sync_check_armed(),
                                    sites=dict(self._sync_sites.most_common(8)))
                    if self.sync_check else None,
@@ -471,6 +494,10 @@ class VllmSession:
         return out
 
     def close(self) -> None:
+        if self.ranks is not None:       # end the ranks' worker processes and their shared
+            with contextlib.suppress(Exception):        # memory now, not at the GC's leisure
+                next(iter(self.engines.values())).engine.engine_core.shutdown()
+            self.ranks = None
         for e in self.engines.values():
             e.close()
         self.engines = {}

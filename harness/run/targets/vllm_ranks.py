@@ -1,0 +1,181 @@
+"""The model runner of every tensor-parallel rank, measured in its own worker process.
+
+With `tensor_parallel_size` > 1, vLLM runs one model runner per rank, each in a worker
+process of its own (its multiprocessing executor), so the engine's process holds no runner
+to label, profile or audit. A per-step sync or an extra op that only one rank's runner
+makes (a rank-dependent branch, a collective that waits) would go unseen if only the engine
+process were measured. So the harness sends its measurement to the ranks through vLLM's own
+RPC to its workers (`LLM.collective_rpc`, which runs a function with the worker as its first
+argument, in every rank): each rank puts the harness's phase ranges on its runner, cuts its
+steps by its own `execute_model` ... `sample_tokens` calls, profiles its part of the
+profiled pass and counts it there (the raw events stay in the worker), and reads V2's host
+mirror against its device truth for the state audit. The checks then judge every rank
+(`checks/compare.py`), and a rank that measured nothing is "not measured".
+
+The functions below whose first parameter is `worker` run in the rank's process; vLLM
+pickles them by reference, so this module must import there (the worker runs the engine's
+interpreter and path). `Ranks` is their caller in the engine process.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...measure import phases
+from ...measure.profiler import count_per_step, start_profile, stop_profile
+
+_STATE = "_mrbench_rank"                  # the rank's own measurement state, on its worker
+
+
+def _inner(worker: Any) -> Any:
+    """The worker itself: collective_rpc passes the wrapper that delegates to it."""
+    return getattr(worker, "worker", worker)
+
+
+@dataclass
+class _RankState:
+    prof: Any = None                     # the started profiler of the profiled pass
+    step: Any = None                     # the open step range (record_function), or None
+    steps: int = 0                       # steps cut since the pass began
+
+
+def _open_step(state: _RankState) -> None:
+    import torch
+    _close_step(state)                   # a step that never reached sample_tokens
+    state.step = torch.profiler.record_function(phases.STEP_LABEL)
+    state.step.__enter__()
+    state.steps += 1
+
+
+def _close_step(state: _RankState) -> None:
+    if state.step is not None:
+        state.step.__exit__(None, None, None)
+        state.step = None
+
+
+def _cut_steps(w: Any, state: _RankState) -> None:
+    """One step range per engine step on this rank: from the start of `execute_model` to
+    the end of `sample_tokens` (vLLM calls both on every rank, in that order; a step whose
+    `execute_model` returned its output ends at the next step's start)."""
+    run, sample = w.execute_model, getattr(w, "sample_tokens", None)
+
+    def execute_model(*a: Any, **kw: Any) -> Any:
+        _open_step(state)
+        return run(*a, **kw)
+    w.execute_model = execute_model
+    if sample is not None:
+        def sample_tokens(*a: Any, **kw: Any) -> Any:
+            try:
+                return sample(*a, **kw)
+            finally:
+                _close_step(state)
+        w.sample_tokens = sample_tokens
+
+
+def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...]) -> dict[str, Any]:
+    """In the rank: apply the side's vLLM faults where the process did not inherit them (a
+    spawned worker), label the runner's phases, cut steps; what it attached, and where."""
+    from . import vllm_faults
+    w = _inner(worker)
+    applied = vllm_faults.apply(faults) if faults else []
+    probe = phases.install(w.model_runner, phases.VLLM_V2 if runner == "v2" else phases.VLLM_V1)
+    state = _RankState()
+    setattr(w, _STATE, state)
+    _cut_steps(w, state)
+    r = w.model_runner
+    return dict(rank=int(getattr(w, "rank", 0)), pid=os.getpid(),
+                runner_class=f"{type(r).__module__}.{type(r).__qualname__}",
+                attached=probe.attached, missing=probe.missing,
+                faults_applied=[a["function"] for a in applied])
+
+
+def start_on_rank(worker: Any, device: str) -> None:
+    state: _RankState = getattr(_inner(worker), _STATE)
+    state.steps = 0
+    state.prof = start_profile(device)
+
+
+def stop_on_rank(worker: Any, device: str, phase_labels: dict[str, str]) -> list[dict]:
+    """End the rank's profiled pass; its per-step counts (profiler.count_per_step)."""
+    state: _RankState = getattr(_inner(worker), _STATE)
+    _close_step(state)
+    events = stop_profile(state.prof)
+    state.prof = None
+    return count_per_step(events, phases.STEP_LABEL, phase_labels, device)
+
+
+def audit_on_rank(worker: Any) -> tuple[int, int] | None:
+    """V2's host mirror of num_computed_tokens against its device truth, for the rank's
+    live requests: (max, min) of mirror - truth, or None where the runner keeps no
+    per-request state (V1) or holds no request."""
+    states = getattr(_inner(worker).model_runner, "req_states", None)
+    if states is None or not getattr(states, "req_id_to_index", None):
+        return None
+    slots = list(states.req_id_to_index.values())
+    truth = states.num_computed_tokens.gpu[slots].cpu().numpy()
+    slack = states.num_computed_tokens_np[slots] - truth
+    return int(slack.max()), int(slack.min())
+
+
+def backends_on_rank(worker: Any) -> list[str]:
+    """The attention backends the rank's runner built (its attention groups)."""
+    names: list[str] = []
+    for groups in getattr(_inner(worker).model_runner, "attn_groups", None) or []:
+        for g in groups:
+            n = g.backend.get_name()
+            if n not in names:
+                names.append(n)
+    return names
+
+
+@dataclass
+class RankProfile:
+    """The profiled pass of every rank: per rank, its per-step counts."""
+
+    rows: list[list[dict]] = field(default_factory=list)
+
+    def table(self) -> list[dict]:
+        """One profile table: each rank's rows, marked with their rank."""
+        return [dict(row, rank=rank) for rank, rows in enumerate(self.rows) for row in rows]
+
+
+class Ranks:
+    """The engine process's handle on its ranks (an `LLM` with tensor_parallel_size > 1)."""
+
+    def __init__(self, llm: Any, runner: str, faults: tuple[str, ...]) -> None:
+        self.llm = llm
+        self.info: list[dict[str, Any]] = llm.collective_rpc(install_on_rank,
+                                                             args=(runner, faults))
+
+    def __len__(self) -> int:
+        return len(self.info)
+
+    @contextmanager
+    def profiling(self, device: str, phase_labels: dict[str, str]) -> Iterator[RankProfile]:
+        """Every rank profiles what runs inside the block; the counts come back on exit."""
+        out = RankProfile()
+        self.llm.collective_rpc(start_on_rank, args=(device,))
+        try:
+            yield out
+        finally:
+            out.rows = self.llm.collective_rpc(stop_on_rank, args=(device, phase_labels))
+
+    def audit(self) -> list[tuple[int, int] | None]:
+        return self.llm.collective_rpc(audit_on_rank)
+
+    def attention_backends(self) -> list[str]:
+        return self.llm.collective_rpc(backends_on_rank)[0]
+
+    def phase_probe(self) -> dict[str, Any]:
+        """What the phases attached to, as one runner's probe says it: a path counts as
+        missing when it did not attach on some rank."""
+        attached = {ph: paths for ph, paths in self.info[0]["attached"].items()}
+        missing = sorted({m for i in self.info for m in i["missing"]})
+        return dict(attached=attached, missing=missing)
+
+    def resolved(self) -> dict[str, Any]:
+        """For the manifest: each rank's process, runner and what its phases attached to."""
+        return dict(size=len(self.info), ranks=[dict(i) for i in self.info])
