@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real vLLM V2 against V1 on a GPU machine: the acceptance runs, then the GPU tests on them.
 # Usage: scripts/gpu/vllm_acceptance.sh OUT_DIR [STEPS]   (STEPS: comma list of smoke,
-#   fault, quick, eagle, warmup, reference, matrix, tests; default smoke,fault,quick,eagle,
-#   warmup,tests). Needs vLLM importable (pip, or the kit in ../shared/vllm-gpu:
+#   fault, quick, eagle, warmup, reference, matrix, pd, pdfault, tp, scale, tests; default
+#   smoke,fault,quick,eagle,warmup,tests). Needs vLLM importable (pip, or the kit in ../shared/vllm-gpu:
 #   `source env.sh`) and CUDA. Writes OUT_DIR/runs/<name>/ (results), <name>.stdout/.stderr,
 #   OUT_DIR/timings.txt, OUT_DIR/pytest.log, OUT_DIR/runs.tgz.
 #   smoke  `run smoke` V2 vs V1, clean: must pass
@@ -21,6 +21,12 @@
 #          side (prefill + decode engine, vLLM's example KV connector), clean: must pass
 #   pdfault `faults pd-eagle --fault stale-slot-state` (vLLM PR 39833's line put back into
 #          V2's RequestState.add_request) under PD with EAGLE k = 2; the clean run first
+#   tp     (two GPUs) `run smoke --engine-arg tensor_parallel_size=2`, clean: must pass with
+#          counts on both ranks; then with `--fault seq-lens-sync` (PR 40654 in every rank):
+#          must fail syncs_per_step[rank0] and syncs_per_step[rank1]
+#   scale  `mrbench model make --preset llama-1b` (random weights, on the GPU), then `run
+#          smoke --model` on it at TP 1 (and TP 2 with `tp`): step and engine-start times
+#          beside the tiny model's; accuracy reads "not measured: random weights"
 #   tests  tests/vllm/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,6 +72,18 @@ if [[ $steps == *,reference,* ]]; then
   ls -l "$out/op-counts"
 fi
 [[ $steps == *,pdfault,* ]] && faults pd-faults pd-eagle stale-slot-state
+if [[ $steps == *,tp,* ]]; then
+  run tp2-clean smoke --engine-arg tensor_parallel_size=2
+  run tp2-fault smoke --engine-arg tensor_parallel_size=2 --fault seq-lens-sync
+fi
+if [[ $steps == *,scale,* ]]; then
+  m1b=${MODEL_1B:-/tmp/mrbench-llama-1b}
+  [[ -d $m1b ]] || $py -m mrbench model make --preset llama-1b --device cuda --out "$m1b" \
+      | tee -a "$out/timings.txt"
+  run scale-1b-tp1 smoke --model "$m1b"
+  [[ $steps == *,tp,* ]] && run scale-1b-tp2 smoke --model "$m1b" \
+      --engine-arg tensor_parallel_size=2
+fi
 [[ $steps == *,matrix,* ]] && faults faults-quick quick mirror-increment accept-count-cat-argmax
 if [[ $steps == *,tests,* ]]; then
   MRBENCH_VLLM_GPU_RUNS="$out/runs" $py -m pytest -q -p no:cacheprovider \
