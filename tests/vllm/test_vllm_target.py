@@ -250,13 +250,15 @@ def test_a_fault_with_nothing_to_catch_on_the_release_is_left_out_of_the_default
 
 
 def test_the_faults_report_names_a_fault_left_out(tmp_path):
+    from mrbench.harness.record.campaign_record import FaultMatrix
     from mrbench.harness.show.campaign_report import render_campaign
-    res = dict(suite="quick", target="vllm", baseline="vllm:v1", candidate="vllm:v2",
-               clean=dict(verdict="pass", flagged=[], exit=0, failures=[]),
+    res = FaultMatrix.model_validate(dict(
+               suite="quick", target="vllm", baseline="vllm:v1", candidate="vllm:v2",
+               clean=dict(verdict="pass", false_alarms=0, flagged=[], exit=0, failures=[]),
                faults={"seq-lens-sync": dict(caught=True, by=["gsm8k/syncs_per_step"],
                                              verdict="regression", exit=1, failures=[],
                                              dir="seq-lens-sync")},
-               not_run={"stale-slot-state": "nothing reads the stale drafts"})
+               not_run={"stale-slot-state": "nothing reads the stale drafts"}))
     html = render_campaign(tmp_path, "faults", res).read_text()
     assert "<b>stale-slot-state</b>: not run" in html and "nothing reads the stale" in html
 
