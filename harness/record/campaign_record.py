@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError, model_validator
+from pydantic import model_validator
 
-from mrbench.contract import BadInput
 
-from .results import RESULTS_FORMAT, read_campaign
+from .results import RESULTS_FORMAT, read_campaign, validated
 from .run_record import Environment, Failure, RunVerdict, _Record
 
 
@@ -90,11 +88,5 @@ class FaultMatrix(_Record):
 def read_fault_matrix(camp_dir: Path) -> FaultMatrix:
     """faults.json under `camp_dir`, its format checked (read_campaign); BadInput in one
     line when it is missing, corrupt, newer, or not a fault matrix."""
-    res: Any = read_campaign(camp_dir, "faults.json")
-    try:
-        return FaultMatrix.model_validate(res)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(map(str, err["loc"])) or "the top level"
-        raise BadInput(f"{camp_dir}: faults.json is not a fault matrix ({where}: "
-                       f"{err['msg']})") from None
+    return validated(FaultMatrix, read_campaign(camp_dir, "faults.json"), camp_dir,
+                     "faults.json", "a fault matrix")

@@ -185,8 +185,10 @@ def _read_json(path: Path, run_dir: Path) -> Any:
                        f"{e.lineno})") from None
 
 
-def _validated(model: type[BaseModel], data: Any, run_dir: Path, name: str) -> Any:
-    """`data` as `model`, or BadInput naming the first field that does not fit."""
+def validated(model: type[BaseModel], data: Any, run_dir: Path, name: str,
+              what: str | None = None) -> Any:
+    """`data` as `model`, or BadInput naming the first field that does not fit; `what` is
+    what the file should be ("a fault matrix"; default: a run's summary or manifest)."""
     if not isinstance(data, dict):
         raise BadInput(f"{run_dir}: {name} is not a JSON object")
     try:
@@ -194,8 +196,8 @@ def _validated(model: type[BaseModel], data: Any, run_dir: Path, name: str) -> A
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(map(str, err["loc"])) or "top level"
-        raise BadInput(f"{run_dir}: {name} is not a run's {name.split('.')[0]} "
-                       f"({where}: {err['msg']})") from None
+        what = what or f"a run's {name.split('.')[0]}"
+        raise BadInput(f"{run_dir}: {name} is not {what} ({where}: {err['msg']})") from None
 
 
 def read_manifest(run_dir: Path) -> Manifest:
@@ -209,11 +211,11 @@ def read_manifest(run_dir: Path) -> Manifest:
     if not isinstance(manifest, dict):
         raise BadInput(f"{run_dir}: manifest.json is not a JSON object")
     check_format(manifest, run_dir)
-    return _validated(Manifest, manifest, run_dir, "manifest.json")
+    return validated(Manifest, manifest, run_dir, "manifest.json")
 
 
 def _summary_of(run_dir: Path) -> RunSummary:
-    return _validated(RunSummary, _read_json(run_dir / "summary.json", run_dir), run_dir,
+    return validated(RunSummary, _read_json(run_dir / "summary.json", run_dir), run_dir,
                       "summary.json")
 
 

@@ -115,7 +115,8 @@ def profiled_run(session: Session, prompts: list, batch: Batch, device: str
     # and counts it there (targets/vllm_ranks.py); a row per rank and step, with its rank
     ranks = getattr(session, "ranks", None)
     try:
-        with profiled(device) as prof, \
+        # at TP the engine's process holds no runner: profile the ranks only
+        with (nullcontext() if ranks is not None else profiled(device)) as prof, \
                 (ranks.profiling(device, session.phase_labels) if ranks is not None
                  else nullcontext()) as per_rank:
             _submit(session, prompts, batch, closed=True)
