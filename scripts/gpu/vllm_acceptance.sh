@@ -25,8 +25,9 @@
 #          counts on both ranks; then with `--fault seq-lens-sync` (PR 40654 in every rank):
 #          must fail syncs_per_step[rank0] and syncs_per_step[rank1]
 #   scale  `mrbench model make --preset llama-1b` (random weights, on the GPU), then `run
-#          smoke --model` on it at TP 1 (and TP 2 with `tp`): step and engine-start times
-#          beside the tiny model's; accuracy reads "not measured: random weights"
+#          scale --model` on it at TP 1 (and TP 2 with `tp`): GSM8K waves, chunked prefill,
+#          seeded sampling, counts on every rank; step and engine-start times beside the
+#          tiny model's; accuracy reads "not measured: random weights"
 #   tests  tests/vllm/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -80,8 +81,8 @@ if [[ $steps == *,scale,* ]]; then
   m1b=${MODEL_1B:-/tmp/mrbench-llama-1b}
   [[ -d $m1b ]] || $py -m mrbench model make --preset llama-1b --device cuda --out "$m1b" \
       | tee -a "$out/timings.txt"
-  run scale-1b-tp1 smoke --model "$m1b"
-  [[ $steps == *,tp,* ]] && run scale-1b-tp2 smoke --model "$m1b" \
+  run scale-1b-tp1 scale --model "$m1b"
+  [[ $steps == *,tp,* ]] && run scale-1b-tp2 scale --model "$m1b" \
       --engine-arg tensor_parallel_size=2
 fi
 [[ $steps == *,matrix,* ]] && faults faults-quick quick mirror-increment accept-count-cat-argmax

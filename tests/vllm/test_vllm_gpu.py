@@ -39,7 +39,10 @@ RUNS = {
     "quick-clean": ["quick", "--vllm-sync-check", "warn"],
     "spec-eagle": ["spec-eagle"],
     "pd-clean": ["pd", "--vllm-sync-check", "warn"],
+    "tp2-clean": ["smoke", "--engine-arg", "tensor_parallel_size=2"],
+    "tp2-fault": ["smoke", "--engine-arg", "tensor_parallel_size=2", "--fault", "seq-lens-sync"],
 }
+TWO_GPUS = ("tp2-clean", "tp2-fault")
 
 
 class Run:
@@ -74,6 +77,10 @@ def runs(tmp_path_factory):
             else:
                 import contextlib
                 import io
+
+                import torch
+                if name in TWO_GPUS and torch.cuda.device_count() < 2:
+                    pytest.skip(f"{name} needs two GPUs (tensor_parallel_size=2)")
                 out = tmp_path_factory.mktemp("vllm-gpu") / name
                 buf = io.StringIO()
                 with contextlib.redirect_stderr(buf):
@@ -284,3 +291,44 @@ def test_pd_on_vllm_v2_against_v1_passes_clean_through_the_kv_connector(runs):
     pdr = req[req.workload == "gsm8k-pd"]
     assert (pdr["prefill_ms"] > 0).all() and (pdr["kv_handoff_ms"] > 0).mean() > 0.8
     assert (pdr["prefill_ms"] < pdr["ttft_ms"]).all()        # TTFT = prefill + hand-off + ...
+
+
+def test_tensor_parallel_measures_every_rank_and_v2_passes_clean(runs):
+    """`smoke` at tensor_parallel_size=2 (two GPUs): each rank's runner is labelled,
+    profiled and counted in its own worker process, so every count is per rank, and a rank
+    that measured nothing would be "not measured". Clean V2 makes no hot sync on either
+    rank (V1: its one prepare-phase wait on each)."""
+    r = runs("tp2-clean")
+    assert r.summary["verdict"] == "pass", [c for c in r.summary["checks"]
+                                            if c["verdict"] not in ("pass", "info")]
+    for side in ("candidate", "baseline"):
+        tp = r.resolved("gsm8k", side)["tensor_parallel"]
+        assert tp["size"] == 2 and [k["rank"] for k in tp["ranks"]] == [0, 1]
+        assert len({k["pid"] for k in tp["ranks"]}) == 2       # a process per rank
+        for k in tp["ranks"]:
+            assert not k["missing"] and set(k["attached"]) >= set(HOT_PHASES), k
+    prof = r.profile()
+    for (side, rank), g in prof.groupby(["side", "rank"]):
+        for p in HOT_PHASES:
+            assert g[f"ran_{p}"].sum() > 0, (side, rank, p)
+    for rank in (0, 1):
+        sync = r.check("gsm8k", f"syncs_per_step[rank{rank}]")
+        assert sync["verdict"] == "pass" and sync["candidate"] == 0, sync
+        assert r.check("gsm8k", f"ops_per_step[rank{rank}]")["candidate"] > 0
+    assert r.check("gsm8k", "token_agreement")["candidate"] == 1.0
+
+
+def test_the_40654_reinjection_is_caught_on_every_tensor_parallel_rank(runs):
+    """`--fault seq-lens-sync` at tensor_parallel_size=2: the patch reaches every rank's
+    worker process, and each rank's check fails on its own prepare-phase sync."""
+    r = runs("tp2-fault")
+    assert r.summary["verdict"] == "regression"
+    prof = r.profile()
+    v2 = prof[prof.side == "candidate"]
+    for rank in (0, 1):
+        sync = r.check("gsm8k", f"syncs_per_step[rank{rank}]")
+        assert sync["verdict"] == "regression" and sync["candidate"] >= 0.8, sync
+        mine = v2[v2["rank"] == rank]
+        assert (mine["syncs_prepare"] >= 1).mean() > 0.8
+        assert mine["syncs_prepare"].sum() == mine["syncs_hot"].sum()
+    assert r.check("gsm8k", "token_agreement")["verdict"] == "pass"
