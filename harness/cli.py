@@ -167,8 +167,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="history database: a sparkline of each gated latency figure over "
                           "the newest comparable runs in it")
 
-    sc = sub.add_parser("schema", help="the JSON Schema of a run's summary.json or "
-                                       "manifest.json (docs/schema/ holds them)")
+    sc = sub.add_parser("schema", help="the JSON Schema of a result file: a run's "
+                                       "summary.json or manifest.json, a campaign's "
+                                       "faults.json, calibration.json or power.json "
+                                       "(docs/schema/ holds them)")
     schema.add_arguments(sc)
 
     model.add_arguments(sub.add_parser("model", help="random-weight models at real shapes "

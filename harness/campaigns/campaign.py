@@ -4,8 +4,11 @@
 matrix says which checks flagged each fault. `calibrate`: the suite N times with the same
 runner on both sides (or a clean candidate, to measure a cross-runner gap); every
 regression verdict there is a false alarm, and the rate per check is what a threshold is
-judged by. Both write one directory (the runs, plus faults.json or calibration.json),
-renamed into place only when complete; the command renders the reports once it is there.
+judged by. `power`: the suite clean and with the slow-step ruler; the smallest slowdown
+each latency check catches. Each writes one directory (the runs, plus its result:
+faults.json, calibration.json or power.json, a typed record of harness/record, written by
+campaign_record.write_result alone), renamed into place only when complete; the command
+renders the reports once it is there.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import tempfile
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 from scipy.stats import norm
@@ -28,8 +31,14 @@ from mrbench.contract import BadInput
 from ..checks import stats, stats_across_runs
 from ..checks.regate import first_waves
 from ..record.metrics import LATENCY
-from ..record.campaign_record import CleanRun, FaultMatrix, FaultRun
-from ..record.results import RESULTS_FORMAT, check_out, environment, read_summary, write_json
+from ..record.campaign_record import (
+    CampaignResult,
+    CleanRun,
+    FaultMatrix,
+    FaultRun,
+    write_result,
+)
+from ..record.results import check_out, environment, read_summary
 from ..record.run_record import (
     Check,
     Environment,
@@ -37,6 +46,19 @@ from ..record.run_record import (
     RunVerdict,
     Verdict,
     overall_verdict,
+)
+from ..record.study_record import (
+    Calibration,
+    CalibrationCheck,
+    Detection,
+    Exceedance,
+    Heterogeneity,
+    PowerCheck,
+    PowerRun,
+    PowerStudy,
+    Projection,
+    ReadBack,
+    StudyRun,
 )
 from ..record.suite import Suite, Thresholds
 from ..run import interrupts
@@ -83,9 +105,9 @@ class _Campaign:
             raise KeyboardInterrupt(interrupts.caught())
         return summary, code
 
-    def commit(self, filename: str, payload: dict) -> Path:
+    def commit(self, res: CampaignResult) -> Path:
         self.bank.shutdown()
-        write_json(self.tmp / filename, payload)
+        write_result(self.tmp, res)
         if self.out.exists():
             self.out.rmdir()
         os.replace(self.tmp, self.out)
@@ -97,15 +119,17 @@ class _Campaign:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _guarded(out: Path, body: Callable[[_Campaign], tuple[str, dict | FaultMatrix]],
-             isolation: Isolation | None = None) -> tuple[dict | FaultMatrix, Path]:
+R = TypeVar("R", bound=CampaignResult)
+
+
+def _guarded(out: Path, body: Callable[[_Campaign], R],
+             isolation: Isolation | None = None) -> tuple[R, Path]:
+    """`body`'s result, written into the campaign's directory once every run is done (the
+    file its record names), and the directory; nothing left behind when it fails."""
     camp = _Campaign(out, isolation)
     try:
-        filename, payload = body(camp)
-        if isinstance(payload, FaultMatrix):     # a typed result stamps its own format
-            return payload, camp.commit(filename, payload.to_json_dict())
-        payload = dict(payload, results_format=RESULTS_FORMAT)   # read back by read_campaign
-        return payload, camp.commit(filename, payload)
+        res = body(camp)
+        return res, camp.commit(res)
     except BaseException:
         camp.abandon()
         raise
@@ -117,7 +141,7 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
                  not_run: dict[str, str] | None = None) -> tuple[FaultMatrix, Path]:
     """faults.json (campaign_record.FaultMatrix): the suite clean, then once per fault;
     `not_run`, the target's faults left out (nothing to catch)."""
-    def body(camp: _Campaign) -> tuple[str, FaultMatrix]:
+    def body(camp: _Campaign) -> FaultMatrix:
         clean, code = camp.run("clean", suite, base, replace(cand, faults=()), overrides, log)
         runs: dict[str, FaultRun] = {}
         for f in faults:
@@ -125,7 +149,7 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
             s, code_f = camp.run(d, suite, base, replace(cand, faults=(f,)), overrides, log)
             runs[f] = FaultRun(caught=bool(flagged(s)), by=flagged(s), verdict=s.verdict,
                                exit=code_f, failures=s.failures, dir=d)
-        return "faults.json", FaultMatrix(
+        return FaultMatrix(
             suite=suite.name, target=clean.target, baseline=clean.baseline,
             candidate=clean.candidate,
             clean=CleanRun(verdict=clean.verdict, false_alarms=len(flagged(clean)),
@@ -137,29 +161,30 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
 
 def calibrate(suite: Suite, base: SideSpec, cand: SideSpec, n: int,
               overrides: Overrides, out: Path, log=None,
-              isolation: Isolation | None = None) -> tuple[dict, Path]:
+              isolation: Isolation | None = None) -> tuple[Calibration, Path]:
     """Run the suite n times; per check, the false-alarm rate (Wilson CI) and the spread of
     its delta, so a threshold can be set above what a no-change comparison produces."""
-    def body(camp: _Campaign) -> tuple[str, dict]:
+    def body(camp: _Campaign) -> Calibration:
         runs = [camp.run(f"run-{i:02d}", suite, base, cand, overrides, log) for i in range(n)]
-        return "calibration.json", dict(aggregate_calibration(suite, runs),
-                                        environment=environment())
+        return aggregate_calibration(suite, runs).model_copy(
+            update={"environment": Environment.model_validate(environment())})
     return _guarded(out, body, isolation)
 
 
-def aggregate_calibration(suite: Suite, runs: list[tuple[RunSummary, int]]) -> dict:
-    """calibration.json's body from A/A runs' (summary, exit code): also what a campaign cut
-    off before its end is read back with (`mrbench calibrate --from-runs`, read_back)."""
+def aggregate_calibration(suite: Suite, runs: list[tuple[RunSummary, int]]) -> Calibration:
+    """calibration.json (study_record.Calibration) from A/A runs' (summary, exit code):
+    also what a campaign cut off before its end is read back with (`mrbench calibrate
+    --from-runs`, read_back)."""
     one_comparison(runs)
     per: dict[str, dict] = defaultdict(lambda: dict(alarms=0, runs=0, deltas=[], ci_hi=[],
                                                     threshold=None, shift=[]))
     rows = []
     for i, (s, code) in enumerate(runs):
         # each judged check's estimate and p, so a bar can be re-judged from the runs
-        rows.append(dict(run=i, verdict=s.verdict, exit=code, flagged=flagged(s),
-                         failures=len(s.failures),
-                         estimates={check_name(c): [c.delta, c.p_value]
-                                    for c in s.checks if c.verdict != Verdict.INFO}))
+        rows.append(StudyRun(run=i, verdict=s.verdict, exit=code, flagged=flagged(s),
+                             failures=len(s.failures),
+                             estimates={check_name(c): (c.delta, c.p_value)
+                                        for c in s.checks if c.verdict != Verdict.INFO}))
         for c in s.checks:
             row = per[check_name(c)]
             row["runs"] += 1
@@ -179,9 +204,9 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[RunSummary, int]]) -> d
     for name, row in sorted(per.items()):
         d = np.array(row["deltas"], dtype=float)
         ci = stats.proportion_ci_wilson(row["alarms"], row["runs"], level=0.95)
-        checks[name] = dict(
+        checks[name] = CalibrationCheck(
             runs=row["runs"], false_alarms=row["alarms"],
-            rate=row["alarms"] / row["runs"], rate_ci=[ci.lo, ci.hi],
+            rate=row["alarms"] / row["runs"], rate_ci=(ci.lo, ci.hi),
             judged=len(d), threshold=row["threshold"],
             delta_median=float(np.median(d)) if len(d) else None,
             delta_max=float(d.max()) if len(d) else None,
@@ -189,12 +214,13 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[RunSummary, int]]) -> d
             ci_hi_max=max(row["ci_hi"]) if row["ci_hi"] else None,
             projection=_projection(row), heterogeneity=_heterogeneity(row),
             exceedance=_exceedance(row))
-    worst = max((c["rate"] for c in checks.values()), default=0.0)
+    worst = max((c.rate for c in checks.values()), default=0.0)
     last = runs[-1][0] if runs else None
-    return dict(suite=suite.name, **_sides_of(last), n=len(runs), runs=rows, checks=checks,
-                max_rate=worst, errors=sum(r["verdict"] == RunVerdict.ERROR for r in rows),
-                method="every regression verdict of a no-change comparison is a false "
-                       "alarm; rate CI: Wilson 95%")
+    return Calibration(suite=suite.name, **_sides_of(last), n=len(runs), runs=rows,
+                       checks=checks, max_rate=worst,
+                       errors=sum(r.verdict == RunVerdict.ERROR for r in rows),
+                       method="every regression verdict of a no-change comparison is a "
+                              "false alarm; rate CI: Wilson 95%")
 
 
 def _sides_of(s: RunSummary | None) -> dict:
@@ -293,24 +319,24 @@ def read_back(dirs: list[Path], suite: Suite, waves: int | None = None,
     return [(s, overall_verdict(s.checks, s.failures)[1]) for _, s in found]
 
 
-def _read_back_result(res: dict, dirs: list[Path], waves: int | None) -> dict:
-    """A read-back aggregate as a campaign's result file holds it (results_format, so that
-    results.read_campaign reads it), with where its runs came from in place of the
-    environment (the runs' own manifests hold theirs)."""
-    return dict(res, read_back=dict(dirs=[str(d) for d in dirs], waves=waves),
-                results_format=RESULTS_FORMAT)
+def _read_back_result(res: R, dirs: list[Path], waves: int | None) -> R:
+    """A read-back aggregate as a campaign's result, with where its runs came from
+    (`read_back`) in place of the environment (the runs' own manifests hold theirs)."""
+    return res.model_copy(update={"read_back": ReadBack(dirs=[str(d) for d in dirs],
+                                                        waves=waves)})
 
 
-def read_back_calibration(dirs: list[Path], suite: Suite, waves: int | None = None) -> dict:
-    """calibration.json's body from the finished clean runs under `dirs` (read_back): a
+def read_back_calibration(dirs: list[Path], suite: Suite,
+                          waves: int | None = None) -> Calibration:
+    """calibration.json from the finished clean runs under `dirs` (read_back): a
     calibrate campaign's runs, or a power study's clean runs; ruler runs are refused."""
     return _read_back_result(
         aggregate_calibration(suite, read_back(dirs, suite, waves, clean_only=True)),
         dirs, waves)
 
 
-def read_back_power(dirs: list[Path], suite: Suite, waves: int | None = None) -> dict:
-    """power.json's body from the finished clean and slow-step runs under `dirs`
+def read_back_power(dirs: list[Path], suite: Suite, waves: int | None = None) -> PowerStudy:
+    """power.json from the finished clean and slow-step runs under `dirs`
     (read_back), told apart by the candidate's recorded faults (ruler_pct)."""
     return _read_back_result(aggregate_power(suite, read_back(dirs, suite, waves)),
                              dirs, waves)
@@ -336,7 +362,7 @@ def latency_bar(suite: Suite, workload: str, metric: str) -> float | None:
     return th.median_rel if metric.startswith("median_") else th.latency_rel
 
 
-def _heterogeneity(row: dict) -> dict | None:
+def _heterogeneity(row: dict) -> Heterogeneity | None:
     """Whether the A/A runs of a latency check spread wider than their own CIs say (an
     effect of each run's engine instances, which no number of waves averages away):
     stats_across_runs.heterogeneity_cochran_q on the log ratios, each run's standard error read off its
@@ -348,13 +374,14 @@ def _heterogeneity(row: dict) -> dict | None:
     h = stats_across_runs.heterogeneity_cochran_q(np.log1p(d), (np.log1p(hi) - np.log1p(lo)) / (2 * z))
     if math.isnan(h.q):
         return None
-    return dict(runs=h.runs, q=h.q, df=h.df, p_value=h.p_value, i2=h.i2,
-                tau_pct=math.expm1(h.tau) * 100, se_ratio=h.se_ratio,
-                method=f"{h.method} on the runs' per-wave log ratios; each run's standard "
-                       f"error from its {1 - 2 * row['alpha']:.0%} CI, normal approximation")
+    return Heterogeneity(
+        runs=h.runs, q=h.q, df=h.df, p_value=h.p_value, i2=h.i2,
+        tau_pct=math.expm1(h.tau) * 100, se_ratio=h.se_ratio,
+        method=f"{h.method} on the runs' per-wave log ratios; each run's standard error "
+               f"from its {1 - 2 * row['alpha']:.0%} CI, normal approximation")
 
 
-def _exceedance(row: dict) -> dict | None:
+def _exceedance(row: dict) -> Exceedance | None:
     """A latency check's false-alarm rate bounded by its A/A estimates rather than counted:
     how often an estimate clears the bar (stats_across_runs.exceedance_bound_normal_nct on the log
     ratios). A gate alarms only when its estimate clears the bar, so this bounds the rate
@@ -365,30 +392,32 @@ def _exceedance(row: dict) -> dict | None:
     e = stats_across_runs.exceedance_bound_normal_nct(d, math.log1p(row["bar"]), level=0.95)
     if math.isnan(e.upper):
         return None
-    return dict(bar=row["bar"], runs=e.runs, estimate=e.estimate, upper=e.upper,
-                level=e.level, normality_p=e.normality_p,
-                method=f"{e.method}; on the A/A runs' log ratios against log(1 + bar); an "
-                       f"upper bound on the false-alarm rate (an alarm needs the estimate "
-                       f"over the bar), under the normal model")
+    return Exceedance(
+        bar=row["bar"], runs=e.runs, estimate=e.estimate, upper=e.upper, level=e.level,
+        normality_p=e.normality_p,
+        method=f"{e.method}; on the A/A runs' log ratios against log(1 + bar); an upper "
+               f"bound on the false-alarm rate (an alarm needs the estimate over the bar), "
+               f"under the normal model")
 
 
-def _projection(row: dict) -> dict | None:
+def _projection(row: dict) -> Projection | None:
     """A latency check's projected power from its A/A runs (stats_across_runs.shifted_detection_aa)."""
     if not row["shift"] or row.get("bar") is None:
         return None
     d, lo = zip(*row["shift"])
     rates, mde = stats_across_runs.projected_mde_aa(d, lo, row["bar"], PROJECTED_SHIFTS, POWER_TARGET)
-    return dict(bar=row["bar"], runs=len(d), rates={f"{s * 100:g}": r for s, r in rates.items()},
-                mde_pct=None if mde is None else mde * 100,
-                method="shift model: each A/A run's per-wave HL estimate and signed-rank CI "
-                       "moved by a uniform slowdown; detected when the CI's lower bound "
-                       "clears 0 and the estimate the bar; assumes a uniform slowdown "
-                       "(`mrbench power` measures a real one)")
+    return Projection(
+        bar=row["bar"], runs=len(d), rates={f"{s * 100:g}": r for s, r in rates.items()},
+        mde_pct=None if mde is None else mde * 100,
+        method="shift model: each A/A run's per-wave HL estimate and signed-rank CI moved by "
+               "a uniform slowdown; detected when the CI's lower bound clears 0 and the "
+               "estimate the bar; assumes a uniform slowdown (`mrbench power` measures a "
+               "real one)")
 
 
 def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: int,
           overrides: Overrides, out: Path, log=None,
-          isolation: Isolation | None = None) -> tuple[dict, Path]:
+          isolation: Isolation | None = None) -> tuple[PowerStudy, Path]:
     """The smallest slowdown each latency check catches.
 
     The suite n times clean (candidate vs baseline: every latency regression is a false
@@ -399,15 +428,15 @@ def power(suite: Suite, base: SideSpec, cand: SideSpec, pcts: list[float], n: in
     about as often; `mrbench power --from-runs` reads such pieces back (read_back,
     aggregate_power)."""
 
-    def body(camp: _Campaign) -> tuple[str, dict]:
+    def body(camp: _Campaign) -> PowerStudy:
         runs = []
         for i in range(n):
             for pct in (None, *pcts):
                 side = cand if pct is None else replace(cand, faults=(f"slow-step:{pct:g}",))
                 runs.append(camp.run(f"{'clean' if pct is None else f'slow{pct:g}'}-{i:02d}",
                                      suite, base, side, overrides, log))
-        return "power.json", dict(aggregate_power(suite, runs, pcts),
-                                  environment=environment())
+        return aggregate_power(suite, runs, pcts).model_copy(
+            update={"environment": Environment.model_validate(environment())})
     return _guarded(out, body, isolation)
 
 
@@ -424,14 +453,15 @@ def ruler_pct(summary: RunSummary) -> float | None:
 
 
 def aggregate_power(suite: Suite, runs: list[tuple[RunSummary, int]],
-                    pcts: list[float] | None = None) -> dict:
-    """power.json's body from runs' (summary, exit code), clean and slow-step:PCT mixed,
-    any number of each: a finished campaign, or the pieces of one that several time-limited GPU
-    jobs ran (`mrbench power --from-runs`). Per latency check: false alarms over the clean runs
-    that carried it, detections over each PCT's runs that carried it (Wilson 95 % CIs),
-    the MDE (smallest PCT detected in >= POWER_TARGET of its runs, as is every larger one),
-    what each PCT moved (realized_pct), and the clean runs' shift-model projection beside
-    it, so the projection can be checked against the ruler."""
+                    pcts: list[float] | None = None) -> PowerStudy:
+    """power.json (study_record.PowerStudy) from runs' (summary, exit code), clean and
+    slow-step:PCT mixed, any number of each: a finished campaign, or the pieces of one that
+    several time-limited GPU jobs ran (`mrbench power --from-runs`). Per latency check:
+    false alarms over the clean runs that carried it, detections over each PCT's runs that
+    carried it (Wilson 95 % CIs), the MDE (smallest PCT detected in >= POWER_TARGET of its
+    runs, as is every larger one), what each PCT moved (realized_pct), and the clean runs'
+    shift-model projection beside it, so the projection can be checked against the
+    ruler."""
     one_comparison(runs)
     plans = [ruler_pct(s) for s, _ in runs]
     pcts = sorted({p for p in plans if p is not None} if pcts is None else set(pcts))
@@ -444,10 +474,10 @@ def aggregate_power(suite: Suite, runs: list[tuple[RunSummary, int]],
         hits = [c for c in s.checks if c.metric in LATENCY]
         # each latency check's estimate and p, so a bar can be re-judged from the same
         # runs (the per-run summaries hold the rest)
-        rows.append(dict(plan="clean" if pct is None else f"slow-step:{pct:g}", run=i,
-                         verdict=s.verdict, exit=code, flagged=flagged(s),
-                         failures=len(s.failures), wall_s=s.wall_s,
-                         estimates={check_name(c): [c.delta, c.p_value] for c in hits}))
+        rows.append(PowerRun(plan="clean" if pct is None else f"slow-step:{pct:g}", run=i,
+                             verdict=s.verdict, exit=code, flagged=flagged(s),
+                             failures=len(s.failures), wall_s=s.wall_s,
+                             estimates={check_name(c): (c.delta, c.p_value) for c in hits}))
         for c in hits:
             row = per[check_name(c)]
             row["threshold"] = c.threshold
@@ -468,25 +498,25 @@ def aggregate_power(suite: Suite, runs: list[tuple[RunSummary, int]],
         for p in pcts:
             k, m = row["det"][p], row["det_runs"][p]
             ci = stats.proportion_ci_wilson(k, m, level=0.95)
-            det[f"{p:g}"] = dict(detected=k, runs=m, rate=k / m if m else None,
-                                 rate_ci=[ci.lo, ci.hi] if m else None)
+            det[f"{p:g}"] = Detection(detected=k, runs=m, rate=k / m if m else None,
+                                      rate_ci=(ci.lo, ci.hi) if m else None)
         # the smallest PCT from which every larger one also reached the target: a miss
         # above a hit says the hit was luck, not power
         mde = None
         for p in reversed(pcts):
-            if (det[f"{p:g}"]["rate"] or 0) < POWER_TARGET:
+            if (det[f"{p:g}"].rate or 0) < POWER_TARGET:
                 break
             mde = p
-        checks[name] = dict(threshold=row["threshold"], bar=row["bar"], judged=row["judged"],
-                            false_alarms=row["aa"], aa_runs=row["aa_runs"],
-                            false_alarm_rate=row["aa"] / row["aa_runs"] if row["aa_runs"]
-                            else None,
-                            false_alarm_ci=[fa.lo, fa.hi] if row["aa_runs"] else None,
-                            detection=det, mde_pct=mde,
-                            projection=projected["checks"].get(name, {}).get("projection"),
-                            heterogeneity=projected["checks"].get(name, {})
-                            .get("heterogeneity"),
-                            exceedance=projected["checks"].get(name, {}).get("exceedance"))
+        aa = projected.checks.get(name)       # the clean runs' readings of the check
+        readings = {} if aa is None else dict(projection=aa.projection,
+                                              heterogeneity=aa.heterogeneity,
+                                              exceedance=aa.exceedance)
+        checks[name] = PowerCheck(
+            threshold=row["threshold"], bar=row["bar"], judged=row["judged"],
+            false_alarms=row["aa"], aa_runs=row["aa_runs"],
+            false_alarm_rate=row["aa"] / row["aa_runs"] if row["aa_runs"] else None,
+            false_alarm_ci=(fa.lo, fa.hi) if row["aa_runs"] else None,
+            detection=det, mde_pct=mde, **readings)
     per_plan = {"clean": plans.count(None), **{f"{p:g}": plans.count(p) for p in pcts}}
     # what the ruler moved, in the gate's own estimate: a nominal PCT is a share of a
     # measured time, and the step's response to it is measured here, not assumed
@@ -505,22 +535,23 @@ def aggregate_power(suite: Suite, runs: list[tuple[RunSummary, int]],
         if a:
             added[f"{p:g}"] = float(np.median(a))
     last = runs[-1][0] if runs else None
-    return dict(suite=suite.name, **_sides_of(last), n=min(per_plan.values()),
-                runs_per_plan=per_plan,
-                pcts=list(pcts), power_target=POWER_TARGET, runs=rows, checks=checks,
-                realized_pct=dict(realized), ruler_added_pct=added,
-                errors=sum(r["verdict"] == RunVerdict.ERROR for r in rows),
-                method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
-                       f"(busy work of PCT % of the candidate's measured step): a latency "
-                       f"regression is a detection; settings in turn; MDE: smallest PCT "
-                       f"detected in >= {POWER_TARGET:.0%} of its runs, as is every larger "
-                       f"one; rates: Wilson 95% CI; "
-                       f"projection: the clean runs' shift model; realized_pct: the median "
-                       f"over a PCT's runs of the gate's estimate, per median and P99 check (%); "
-                       f"ruler_added_pct: the median over a PCT's runs of the ruler's own "
-                       f"busy time as a share of the steps it slowed (%)")
+    return PowerStudy(
+            suite=suite.name, **_sides_of(last), n=min(per_plan.values()),
+            runs_per_plan=per_plan,
+            pcts=list(pcts), power_target=POWER_TARGET, runs=rows, checks=checks,
+            realized_pct=dict(realized), ruler_added_pct=added,
+            errors=sum(r.verdict == RunVerdict.ERROR for r in rows),
+            method=f"clean runs: a latency regression is a false alarm; slow-step:PCT runs "
+                   f"(busy work of PCT % of the candidate's measured step): a latency "
+                   f"regression is a detection; settings in turn; MDE: smallest PCT "
+                   f"detected in >= {POWER_TARGET:.0%} of its runs, as is every larger "
+                   f"one; rates: Wilson 95% CI; "
+                   f"projection: the clean runs' shift model; realized_pct: the median "
+                   f"over a PCT's runs of the gate's estimate, per median and P99 check (%); "
+                   f"ruler_added_pct: the median over a PCT's runs of the ruler's own "
+                   f"busy time as a share of the steps it slowed (%)")
 
 
-def fmt_rate(c: dict) -> str:
+def fmt_rate(c: CalibrationCheck) -> str:
     """A calibration check's false-alarm rate as the CLI prints it."""
-    return formatting.fmt_rate(c["false_alarms"], c["runs"], c["rate"], c["rate_ci"])
+    return formatting.fmt_rate(c.false_alarms, c.runs, c.rate, c.rate_ci)

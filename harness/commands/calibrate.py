@@ -10,6 +10,7 @@ from mrbench.contract import BadInput
 from ..campaigns.campaign import calibrate, fmt_rate, read_back_calibration
 from ..record.errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
 from ..record.results import default_out
+from ..record.study_record import Calibration
 from ..show.formatting import fmt_exceedance, fmt_heterogeneity, fmt_projected_mde
 from .common import (
     check_from_runs,
@@ -52,11 +53,11 @@ def from_runs(a: argparse.Namespace) -> int:
     time-limited GPU jobs cut off or ran in pieces."""
     res = read_back_calibration(a.from_runs, named_suite(a.what), a.waves)
     path = None if a.out is None else \
-        write_campaign_result(a.out, "calibration.json", "calibrate", res)
+        write_campaign_result(a.out, "calibrate", res)
     return _finish(a, res, path)
 
 
-def _finish(a: argparse.Namespace, res: dict, path: Path | None) -> int:
+def _finish(a: argparse.Namespace, res: Calibration, path: Path | None) -> int:
     """Print the result (table or --json) and give the exit code: 3 when a run erred, 1
     when a check's false-alarm rate is above --max-rate."""
     if a.json:
@@ -65,25 +66,24 @@ def _finish(a: argparse.Namespace, res: dict, path: Path | None) -> int:
         print_calibration(res)
         if path is not None:
             print(f"results: {path}")
-    if res["errors"]:
+    if res.errors:
         return EXIT_RUN_FAILED
-    return EXIT_PASS if res["max_rate"] <= a.max_rate else EXIT_REGRESSION
+    return EXIT_PASS if res.max_rate <= a.max_rate else EXIT_REGRESSION
 
 
-def print_calibration(res: dict) -> None:
+def print_calibration(res: Calibration) -> None:
     """calibration.json's table: per check, the false alarms, the A/A spread of its delta
     and, for a latency check judged with a CI, the projected MDE."""
-    print(f"candidate {res['candidate']} vs baseline {res['baseline']}, {res['n']} runs of "
-          f"{res['suite']}")
-    w = max(len(k) for k in res["checks"])
-    for name, c in res["checks"].items():
-        spread = "" if c["delta_max"] is None else \
-            f"  delta {c['delta_min']:+.3g}..{c['delta_max']:+.3g}"
-        proj = c.get("projection")
-        mde = f"  projected MDE {fmt_projected_mde(proj)}" if proj else ""
-        if not c.get("judged"):          # reported as info in every run: nothing judged
+    print(f"candidate {res.candidate} vs baseline {res.baseline}, {res.n} runs of "
+          f"{res.suite}")
+    w = max((len(k) for k in res.checks), default=10)
+    for name, c in res.checks.items():
+        spread = "" if c.delta_max is None else \
+            f"  delta {c.delta_min:+.3g}..{c.delta_max:+.3g}"
+        mde = f"  projected MDE {fmt_projected_mde(c.projection)}" if c.projection else ""
+        if not c.judged:                 # reported as info in every run: nothing judged
             print(f"{name:<{w}}  not judged in any run (reported only)")
             continue
         print(f"{name:<{w}}  false alarms {fmt_rate(c)}{spread}{mde}")
-    for line in fmt_heterogeneity(res["checks"]) + fmt_exceedance(res["checks"]):
+    for line in fmt_heterogeneity(res.checks) + fmt_exceedance(res.checks):
         print(line)

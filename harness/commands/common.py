@@ -15,10 +15,11 @@ from mrbench.workloads import workloads as known_workloads
 
 from ..measure import canary
 from ..measure.affinity import pin_cpus
-from ..record.campaign_record import FaultMatrix
+from ..record.campaign_record import CampaignResult, write_result
 from ..record.metrics import checked_percentiles
-from ..record.results import check_out, write_json
+from ..record.results import check_out
 from ..record.run_record import RunSummary, Verdict
+from ..record.study_record import Calibration, PowerStudy
 from ..record.suite import Suite, load_suite, shipped_suites, single_workload_suite
 from ..run import builds, engine_args
 from ..run.orchestrate import Isolation, Overrides
@@ -170,19 +171,20 @@ def check_from_runs(a: argparse.Namespace, run_only: dict[str, object]) -> None:
         check_out(a.out)
 
 
-def write_campaign_result(out: Path, filename: str, kind: str, res: dict) -> Path:
+def write_campaign_result(out: Path, kind: str, res: Calibration | PowerStudy) -> Path:
     """A campaign's result directory from a result read back from runs (campaign.read_back):
-    `filename` (calibration.json or power.json) and report.html, as a campaign writes
-    them, and for a power study each figure as a PNG beside them (for docs). Written in a
-    hidden directory beside `out` and renamed into place only when whole, so a failure
-    leaves nothing half-written; `out` must be missing or empty (check_out)."""
+    its file (calibration.json or power.json, campaign_record.write_result) and
+    report.html, as a campaign writes them, and for a power study each figure as a PNG
+    beside them (for docs). Written in a hidden directory beside `out` and renamed into
+    place only when whole, so a failure leaves nothing half-written; `out` must be missing
+    or empty (check_out)."""
     check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        write_json(tmp / filename, res)
+        write_result(tmp, res)
         render_campaign_reports(tmp, kind, res)
-        if kind == "power":
+        if isinstance(res, PowerStudy):
             _save_power_figures(tmp, res)
         if out.exists():
             out.rmdir()
@@ -193,7 +195,7 @@ def write_campaign_result(out: Path, filename: str, kind: str, res: dict) -> Pat
     return out
 
 
-def _save_power_figures(out: Path, res: dict) -> None:
+def _save_power_figures(out: Path, res: PowerStudy) -> None:
     """Each figure of a power study's report as `out`/NAME.png (power-curve, estimates)."""
     import matplotlib.pyplot as plt  # lazy, as render_campaign_reports
 
@@ -294,9 +296,10 @@ def print_summary(summary: RunSummary, path: Path, as_json: bool) -> None:
     print(f"report: {path / 'report.html'}")
 
 
-def print_campaign_json(res: dict) -> None:
-    """A campaign's result as JSON, without the environment block."""
-    print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=2))
+def print_campaign_json(res: CampaignResult) -> None:
+    """A campaign's result as its file holds it, without the environment block."""
+    print(json.dumps({k: v for k, v in res.file_json().items() if k != "environment"},
+                     indent=2))
 
 
 def render_run(path: Path) -> Path:
@@ -305,7 +308,7 @@ def render_run(path: Path) -> Path:
     return render_report(path)
 
 
-def render_campaign_reports(path: Path, kind: str, res: dict | FaultMatrix) -> Path:
+def render_campaign_reports(path: Path, kind: str, res: CampaignResult) -> Path:
     """Every run's report.html under the committed campaign directory, then the campaign's
     own (its matrix or table links to theirs); `kind` is faults, calibrate or power."""
     from ..show.campaign_report import render_campaign  # lazy: matplotlib, as in render_run

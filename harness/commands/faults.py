@@ -26,7 +26,7 @@ def main(a: argparse.Namespace) -> int:
                              isolation=isolation_of(a), not_run=not_run)
     render_campaign_reports(path, "faults", res)
     if a.json:
-        print_campaign_json(res.to_json_dict())
+        print_campaign_json(res)
     else:
         c = res.clean
         print(f"clean: {c.verdict} ({c.false_alarms} false alarms"

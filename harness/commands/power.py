@@ -12,6 +12,7 @@ from mrbench.contract import BadInput
 from ..campaigns.campaign import power, read_back_power
 from ..record.errors import EXIT_PASS, EXIT_RUN_FAILED
 from ..record.results import default_out
+from ..record.study_record import PowerStudy
 from ..run.targets.base import get_target
 from ..show.formatting import fmt_exceedance, fmt_heterogeneity, fmt_realized
 from .common import (
@@ -62,11 +63,11 @@ def from_runs(a: argparse.Namespace) -> int:
     (nothing runs; the sizes are those the runs carried): printed, and with --out written
     as the command writes it, with each figure as a PNG beside report.html."""
     res = read_back_power(a.from_runs, named_suite(a.what), a.waves)
-    path = None if a.out is None else write_campaign_result(a.out, "power.json", "power", res)
+    path = None if a.out is None else write_campaign_result(a.out, "power", res)
     return _finish(a, res, path)
 
 
-def _finish(a: argparse.Namespace, res: dict, path: Path | None) -> int:
+def _finish(a: argparse.Namespace, res: PowerStudy, path: Path | None) -> int:
     """Print the result (table or --json) and give the exit code: 3 when a run erred."""
     if a.json:
         print_campaign_json(res)
@@ -74,35 +75,35 @@ def _finish(a: argparse.Namespace, res: dict, path: Path | None) -> int:
         print_power(res)
         if path is not None:
             print(f"results: {path}")
-    return EXIT_RUN_FAILED if res["errors"] else EXIT_PASS
+    return EXIT_RUN_FAILED if res.errors else EXIT_PASS
 
 
 def _rate(k: int, m: int) -> str:
     return f"{k}/{m} {k / m:.0%}" if m else "not measured"
 
 
-def print_power(res: dict) -> None:
+def print_power(res: PowerStudy) -> None:
     """The power table: per latency check the false alarms, the detections per PCT (count
     over runs, rate), the measured MDE, and the clean runs' projected MDE beside it."""
-    pcts = res["pcts"]
-    plan = res["runs_per_plan"]
-    print(f"candidate {res['candidate']} + slow-step vs baseline {res['baseline']}, "
-          f"{res['suite']}: runs "
+    pcts = res.pcts
+    plan = res.runs_per_plan
+    print(f"candidate {res.candidate} + slow-step vs baseline {res.baseline}, "
+          f"{res.suite}: runs "
           + ", ".join(f"{k if k == 'clean' else '+' + k + ' %'} {v}" for k, v in plan.items()))
-    w = max((len(k) for k in res["checks"]), default=10)
+    w = max((len(k) for k in res.checks), default=10)
     print(f"{'check':<{w}}  {'false alarms':>12}  "
           + "  ".join(f"{'+' + format(p, 'g') + ' %':>9}" for p in pcts)
           + "  MDE      projected")
-    for name, c in res["checks"].items():
-        dets = (c["detection"][f"{p:g}"] for p in pcts)
-        det = "  ".join(f"{_rate(d['detected'], d['runs']):>9}" for d in dets)
-        mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:g} %"
-        proj = c.get("projection") or {}
-        pm = "-" if proj.get("mde_pct") is None else f"{proj['mde_pct']:g} %"
-        gate = "" if c["judged"] else "  (reported, not judged)"
-        print(f"{name:<{w}}  {_rate(c['false_alarms'], c['aa_runs']):>12}  {det}  {mde:<7}  "
+    for name, c in res.checks.items():
+        dets = (c.detection[f"{p:g}"] for p in pcts)
+        det = "  ".join(f"{_rate(d.detected, d.runs):>9}" for d in dets)
+        mde = "-" if c.mde_pct is None else f"{c.mde_pct:g} %"
+        proj = c.projection
+        pm = "-" if proj is None or proj.mde_pct is None else f"{proj.mde_pct:g} %"
+        gate = "" if c.judged else "  (reported, not judged)"
+        print(f"{name:<{w}}  {_rate(c.false_alarms, c.aa_runs):>12}  {det}  {mde:<7}  "
               f"{pm}{gate}")
     for line in fmt_realized(res):
         print(f"{line} (median over its runs of the gate's estimate)")
-    for line in fmt_heterogeneity(res["checks"]) + fmt_exceedance(res["checks"]):
+    for line in fmt_heterogeneity(res.checks) + fmt_exceedance(res.checks):
         print(line)

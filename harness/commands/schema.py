@@ -1,5 +1,6 @@
-"""`mrbench schema summary|manifest|faults`: the JSON Schema of a run's summary.json or
-manifest.json, or of a fault campaign's faults.json, printed as JSON.
+"""`mrbench schema summary|manifest|faults|calibration|power`: the JSON Schema of a run's
+summary.json or manifest.json, or of a campaign's faults.json, calibration.json or
+power.json, printed as JSON.
 
 Why a command: the schemas are generated from the record's models
 (harness/record/schemas.py), so a tool that reads runs can validate against exactly what
@@ -22,7 +23,8 @@ def schema_text(which: str) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("which", choices=sorted(SCHEMAS),
-                   help="summary (summary.json), manifest (manifest.json) or faults (faults.json)")
+                   help="summary (summary.json), manifest (manifest.json), faults "
+                        "(faults.json), calibration (calibration.json) or power (power.json)")
 
 
 def main(a: argparse.Namespace) -> int:

@@ -1,20 +1,60 @@
-"""faults.json: the catch matrix `mrbench faults` writes, as one typed record.
+"""A campaign's result file, as one typed record: what every campaign result shares
+(`CampaignResult`, its one writer `write_result` and its one reader `read_result`), and
+faults.json, the catch matrix `mrbench faults` writes (`FaultMatrix`). calibration.json and
+power.json are study_record's.
 
-One model, one writer (campaign.fault_matrix), one reader (`read_fault_matrix`): the
-command's table, the campaign's report.html, `mrbench report --markdown` and the nightly
-job read the same fields, and a file that is not a fault matrix is refused in one line
-where it is read, not as a KeyError in a template.
+One model, one writer, one reader: the campaign builds the model, `write_result` writes
+it (from `model_dump(mode="json")`), and the command's table, the campaign's report.html,
+`mrbench report --markdown` and the nightly job read the same fields through `read_result`,
+so a file that is not what it should be is refused in one line where it is read, not as
+a KeyError in a template.
 """
 from __future__ import annotations
 
 import enum
 from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import model_validator
 
+from .results import RESULTS_FORMAT, read_campaign, validated, write_json
+from .run_record import Environment, Failure, RunVerdict, _Record, json_safe
 
-from .results import RESULTS_FORMAT, read_campaign, validated
-from .run_record import Environment, Failure, RunVerdict, _Record
+
+class CampaignResult(_Record):
+    """The file a campaign writes beside its runs (`filename`). `results_format` is
+    stamped by the writer, so that a newer one is refused where it is read
+    (results.read_campaign); a file without it is format 1. `what` names the file in the
+    reader's one-line refusal ("... is not a fault matrix")."""
+
+    filename: ClassVar[str]
+    what: ClassVar[str]
+
+    results_format: int = RESULTS_FORMAT
+
+    def file_json(self) -> dict[str, Any]:
+        """The record as its file holds it: `model_dump(mode="json")`, NaN as null."""
+        return json_safe(self.model_dump(mode="json"))
+
+
+R = TypeVar("R", bound=CampaignResult)
+
+
+def write_result(camp_dir: Path, res: CampaignResult) -> Path:
+    """The one writer of a campaign's result: `camp_dir`/`res.filename`, stamped with this
+    mrbench's results format (a record read from an older file is the current layout once
+    its model has read it). Returns the file's path."""
+    path = Path(camp_dir) / res.filename
+    write_json(path, res.model_copy(update={"results_format": RESULTS_FORMAT}).file_json())
+    return path
+
+
+def read_result(camp_dir: Path, model: type[R]) -> R:
+    """The one reader of a campaign's result: `camp_dir`/`model.filename` as `model`, its
+    format checked (read_campaign); BadInput in one line when it is missing, corrupt,
+    newer, or not what it should be (the first field that does not fit)."""
+    return validated(model, read_campaign(camp_dir, model.filename), Path(camp_dir),
+                     model.filename, model.what)
 
 
 class FaultStatus(enum.StrEnum):
@@ -58,13 +98,14 @@ class FaultRun(_Record):
         return self
 
 
-class FaultMatrix(_Record):
+class FaultMatrix(CampaignResult):
     """faults.json. `not_run`: the target's faults left out, each with why (nothing to
     catch on the installed release); `results_format` is stamped by the writer."""
 
+    filename = "faults.json"
+    what = "a fault matrix"
     omit_none = frozenset({"environment"})
 
-    results_format: int = RESULTS_FORMAT
     suite: str
     target: str | None = None
     baseline: str | None = None
@@ -88,5 +129,4 @@ class FaultMatrix(_Record):
 def read_fault_matrix(camp_dir: Path) -> FaultMatrix:
     """faults.json under `camp_dir`, its format checked (read_campaign); BadInput in one
     line when it is missing, corrupt, newer, or not a fault matrix."""
-    return validated(FaultMatrix, read_campaign(camp_dir, "faults.json"), camp_dir,
-                     "faults.json", "a fault matrix")
+    return read_result(camp_dir, FaultMatrix)

@@ -242,10 +242,11 @@ def read_run(run_dir: Path) -> tuple[dict, dict]:
 
 
 def read_campaign(camp_dir: Path, filename: str) -> dict:
-    """A campaign's result (faults.json, calibration.json or power.json), its format
-    checked; BadInput naming what is wrong (no such file, corrupt JSON, not an object, a
-    newer format). A result without `results_format` is format 1 (written before the
-    field)."""
+    """A campaign's result (faults.json, calibration.json or power.json) as parsed JSON, its
+    format checked; BadInput naming what is wrong (no such file, corrupt JSON, not an
+    object, a newer format). A result without `results_format` is format 1 (written before
+    the field). Readers take the typed record from campaign_record.read_result, which
+    validates this."""
     camp_dir = Path(camp_dir)
     res = _read_json(camp_dir / filename, camp_dir)
     if not isinstance(res, dict):

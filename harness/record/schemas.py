@@ -1,5 +1,6 @@
 """The JSON Schema of each file mrbench writes from a typed record: a run's summary.json and
-manifest.json (run_record) and a fault campaign's faults.json (campaign_record). docs/schema/
+manifest.json (run_record), a fault campaign's faults.json (campaign_record), and a
+calibration's calibration.json and a power study's power.json (study_record). docs/schema/
 publishes them and `mrbench schema WHICH` prints them, so a tool that reads mrbench's files
 can validate against exactly what this mrbench writes and reads."""
 from __future__ import annotations
@@ -10,9 +11,11 @@ from pydantic import BaseModel
 
 from .campaign_record import FaultMatrix
 from .run_record import Manifest, RunSummary
+from .study_record import Calibration, PowerStudy
 
 SCHEMAS: dict[str, type[BaseModel]] = {"summary": RunSummary, "manifest": Manifest,
-                                       "faults": FaultMatrix}
+                                       "faults": FaultMatrix, "calibration": Calibration,
+                                       "power": PowerStudy}
 
 
 def json_schema(which: str) -> dict[str, Any]:

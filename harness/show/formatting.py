@@ -6,11 +6,13 @@ three ways, so one figure read differently depending on where it was printed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..checks.history_gate import SUFFIX as VS_HISTORY
 from ..record.metrics import LATENCY
 from ..record.run_record import BarKind, Check, DeltaKind, Verdict
+from ..record.study_record import CalibrationCheck, PowerCheck, PowerStudy, Projection
 
 MISSING = "—"
 
@@ -82,62 +84,62 @@ def fmt_rate(count: int, runs: int, rate: float, ci: tuple[float, float]) -> str
     return f"{count}/{runs} ({rate:.0%}, CI {lo:.0%}-{hi:.0%})"
 
 
-def fmt_projected_mde(proj: dict | None) -> str:
+def fmt_projected_mde(proj: Projection | None) -> str:
     """A calibration check's projected MDE ('15 % (of 55 runs)', '> 50 %'), '-' for a check
     without a projection (not a latency check judged with a CI)."""
-    if not proj:
+    if proj is None:
         return "-"
-    if proj["mde_pct"] is None:
-        return f"> {max(map(float, proj['rates'])):g} %"
-    return f"{proj['mde_pct']:g} % (of {proj['runs']} runs)"
+    if proj.mde_pct is None:
+        return f"> {max(map(float, proj.rates)):g} %" if proj.rates else "-"
+    return f"{proj.mde_pct:g} % (of {proj.runs} runs)"
 
 
-def fmt_heterogeneity(checks: dict) -> list[str]:
+def fmt_heterogeneity(checks: Mapping[str, CalibrationCheck | PowerCheck]) -> list[str]:
     """Per latency check with a heterogeneity reading (campaign._heterogeneity), one line:
     whether its A/A runs spread wider than their own CIs, and by how much between runs."""
     out = []
     for name, c in checks.items():
-        h = c.get("heterogeneity")
-        if not h:
+        h = c.heterogeneity
+        if h is None:
             continue
-        head = (f"{name}: A/A estimates spread {h['se_ratio']:.2f}x their runs' own standard "
-                f"errors (Cochran's Q p = {h['p_value']:.2g}, {h['runs']} runs)")
-        if h["p_value"] < 0.05:
-            out.append(f"{head}: between runs +-{h['tau_pct']:.1f} % that no run's CI "
+        head = (f"{name}: A/A estimates spread {h.se_ratio:.2f}x their runs' own standard "
+                f"errors (Cochran's Q p = {h.p_value:.2g}, {h.runs} runs)")
+        if h.p_value < 0.05:
+            out.append(f"{head}: between runs +-{h.tau_pct:.1f} % that no run's CI "
                        f"covers; the bar, not the CI, holds false alarms down")
         else:
             out.append(f"{head}: no spread beyond the CIs shown")
     return out
 
 
-def fmt_exceedance(checks: dict) -> list[str]:
+def fmt_exceedance(checks: Mapping[str, CalibrationCheck | PowerCheck]) -> list[str]:
     """Per latency check with an exceedance reading (campaign._exceedance), one line: how
     often an A/A estimate clears the bar under a normal model of the runs' estimates, the
     plug-in and its upper bound, and whether the model fits (Shapiro-Wilk)."""
     out = []
     for name, c in checks.items():
-        e = c.get("exceedance")
-        if not e:
+        e = c.exceedance
+        if e is None:
             continue
-        fit = ("" if e["normality_p"] >= 0.05 else
+        fit = ("" if e.normality_p >= 0.05 else
                "; the estimates are not normal, so the bound is not to be trusted")
-        out.append(f"{name}: an A/A estimate over the +{e['bar']:.0%} bar: {e['estimate']:.2%}"
-                   f" (normal model of {e['runs']} runs), at most {e['upper']:.1%} at "
-                   f"{e['level']:.0%} (non-central t; Shapiro-Wilk p = "
-                   f"{e['normality_p']:.2g}){fit}")
+        out.append(f"{name}: an A/A estimate over the +{e.bar:.0%} bar: {e.estimate:.2%}"
+                   f" (normal model of {e.runs} runs), at most {e.upper:.1%} at "
+                   f"{e.level:.0%} (non-central t; Shapiro-Wilk p = "
+                   f"{e.normality_p:.2g}){fit}")
     return out
 
 
-def fmt_realized(res: dict) -> list[str]:
+def fmt_realized(res: PowerStudy) -> list[str]:
     """A power study's `realized_pct` as lines: what each ruler size added by its own
     account, where the runs recorded it, and moved the medians and P99s by
     ('slow-step:5 added +5.0 %, moved median_step +5.7 %, median_tpot +5.4 %, ...')."""
-    added = res.get("ruler_added_pct") or {}
+    added = res.ruler_added_pct
     return [f"slow-step:{p} "
             + (f"added {added[p]:+.1f} % (its own account), " if p in added else "")
             + "moved " + ", ".join(f"{m.removesuffix('_ms')} {v:+.1f} %"
                                    for m, v in moved.items())
-            for p, moved in res.get("realized_pct", {}).items()]
+            for p, moved in res.realized_pct.items()]
 
 
 # ---- checks as a reader sorts them: family, status, the figure against its bar ------------

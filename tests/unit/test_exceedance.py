@@ -59,17 +59,17 @@ def test_calibrate_and_power_bound_each_latency_checks_rate(tmp_path):
     suite = load_suite("gpu-quick:gsm8k")
     spread = norm.ppf((np.arange(16) + 0.5) / 16)
     tight = [(_summary(d), 0) for d in 0.015 * spread]
-    e = aggregate_calibration(suite, tight)["checks"]["gsm8k/p99_step_ms"]["exceedance"]
-    assert e["bar"] == 0.05 and e["runs"] == 16 and e["upper"] < 0.05
+    e = aggregate_calibration(suite, tight).checks["gsm8k/p99_step_ms"].exceedance
+    assert e.bar == 0.05 and e.runs == 16 and e.upper < 0.05
     loose = [(_summary(d), 0) for d in 0.04 * spread]
     res = aggregate_power(suite, loose + [(_summary(0.08, ["slow-step:7.6"]), 1)])
-    e = res["checks"]["gsm8k/p99_step_ms"]["exceedance"]
-    assert e["runs"] == 16 and e["upper"] > 0.05          # the ruler run is not A/A
-    (line,) = fmt_exceedance(res["checks"])
+    e = res.checks["gsm8k/p99_step_ms"].exceedance
+    assert e.runs == 16 and e.upper > 0.05                # the ruler run is not A/A
+    (line,) = fmt_exceedance(res.checks)
     assert line.startswith("gsm8k/p99_step_ms: an A/A estimate over the +5% bar")
-    json.dumps(res, allow_nan=False)
-    assert aggregate_calibration(suite, tight[:2])["checks"]["gsm8k/p99_step_ms"][
-        "exceedance"] is None                             # two runs: not measured
+    json.dumps(res.file_json(), allow_nan=False)
+    assert aggregate_calibration(suite, tight[:2]).checks[
+        "gsm8k/p99_step_ms"].exceedance is None           # two runs: not measured
     from mrbench.harness.show.campaign_report import render_campaign
     html = render_campaign(tmp_path, "calibrate", aggregate_calibration(suite, tight))
     assert 'id="exceedance"' in html.read_text()

@@ -56,17 +56,17 @@ def test_calibrate_and_power_report_it_per_latency_check():
     suite = load_suite("gpu-quick:gsm8k")
     # CIs of +-1.6 % (a standard error of ~1 %) around estimates that spread by +-4 %
     wide = [(_summary(d, 0.016), 0) for d in (-0.04, 0.05, -0.03, 0.045, 0.0, -0.05)]
-    h = aggregate_calibration(suite, wide)["checks"]["gsm8k/median_step_ms"]["heterogeneity"]
-    assert h["runs"] == 6 and h["p_value"] < 0.001 and h["tau_pct"] > 2
+    h = aggregate_calibration(suite, wide).checks["gsm8k/median_step_ms"].heterogeneity
+    assert h.runs == 6 and h.p_value < 0.001 and h.tau_pct > 2
     honest = [(_summary(d, 0.016), 0) for d in (-0.01, 0.005, 0.0, 0.012, -0.004, 0.008)]
-    h = aggregate_calibration(suite, honest)["checks"]["gsm8k/median_step_ms"]["heterogeneity"]
-    assert h["p_value"] > 0.2
+    h = aggregate_calibration(suite, honest).checks["gsm8k/median_step_ms"].heterogeneity
+    assert h.p_value > 0.2
     res = aggregate_power(suite, wide + [(_summary(0.08, 0.016, ["slow-step:7.6"]), 1)])
-    lines = fmt_heterogeneity(res["checks"])
+    lines = fmt_heterogeneity(res.checks)
     assert len(lines) == 1 and "the bar, not the CI" in lines[0]
-    assert aggregate_calibration(suite, wide[:2])["checks"]["gsm8k/median_step_ms"][
-        "heterogeneity"] is None                          # two runs: not measured
-    json.dumps(res, allow_nan=False)
+    assert aggregate_calibration(suite, wide[:2]).checks[
+        "gsm8k/median_step_ms"].heterogeneity is None     # two runs: not measured
+    json.dumps(res.file_json(), allow_nan=False)
 
 
 def test_the_campaign_report_shows_it(tmp_path):

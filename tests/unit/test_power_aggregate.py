@@ -10,8 +10,8 @@ import pytest
 from mrbench.contract import BadInput
 from mrbench.harness.campaigns.campaign import aggregate_power, ruler_pct
 from mrbench.harness.cli import main
-from mrbench.harness.record.results import RESULTS_FORMAT, read_campaign
 from mrbench.harness.record.run_record import RunSummary, Verdict
+from mrbench.harness.record.study_record import ReadBack, read_calibration, read_power_study
 from mrbench.harness.record.suite import load_suite
 
 SUITE = load_suite("gpu-quick:gsm8k")
@@ -39,27 +39,27 @@ def _runs():
 
 def test_counts_per_setting_the_mde_and_what_each_size_moved():
     res = aggregate_power(SUITE, _runs())
-    assert res["pcts"] == [5.0, 10.0] and res["runs_per_plan"] == {"clean": 5, "5": 4, "10": 3}
-    assert res["n"] == 3
-    med, p99 = res["checks"]["gsm8k/median_step_ms"], res["checks"]["gsm8k/p99_step_ms"]
-    assert (med["false_alarms"], med["aa_runs"]) == (0, 5) and med["mde_pct"] == 5
-    d10 = med["detection"]["10"]
-    assert (d10["detected"], d10["runs"], d10["rate"]) == (3, 3, 1.0)
-    assert 0.3 < d10["rate_ci"][0] < 1.0 == d10["rate_ci"][1]
+    assert res.pcts == [5.0, 10.0] and res.runs_per_plan == {"clean": 5, "5": 4, "10": 3}
+    assert res.n == 3
+    med, p99 = res.checks["gsm8k/median_step_ms"], res.checks["gsm8k/p99_step_ms"]
+    assert (med.false_alarms, med.aa_runs) == (0, 5) and med.mde_pct == 5
+    d10 = med.detection["10"]
+    assert (d10.detected, d10.runs, d10.rate) == (3, 3, 1.0)
+    assert 0.3 < d10.rate_ci[0] < 1.0 == d10.rate_ci[1]
     # P99: 3/4 at 5 %, 1/3 at 10 %: no size from which every larger one reached 80 %
-    assert p99["false_alarms"] == 1 and p99["detection"]["5"]["rate"] == 0.75
-    assert p99["mde_pct"] is None
-    assert (med["bar"], p99["bar"]) == (0.03, 0.05)   # the entry's median_rel, latency_rel
-    assert res["realized_pct"]["5"]["median_step_ms"] == pytest.approx(5.15)
-    assert res["realized_pct"]["10"]["median_step_ms"] == pytest.approx(10.0)
-    json.dumps(res, allow_nan=False)            # no NaN where a setting ran nothing
+    assert p99.false_alarms == 1 and p99.detection["5"].rate == 0.75
+    assert p99.mde_pct is None
+    assert (med.bar, p99.bar) == (0.03, 0.05)   # the entry's median_rel, latency_rel
+    assert res.realized_pct["5"]["median_step_ms"] == pytest.approx(5.15)
+    assert res.realized_pct["10"]["median_step_ms"] == pytest.approx(10.0)
+    json.dumps(res.file_json(), allow_nan=False)    # no NaN where a setting ran nothing
 
 
 def test_a_setting_without_runs_is_not_measured_and_other_faults_are_refused():
     res = aggregate_power(SUITE, _runs()[:5], pcts=[5.0])
-    d = res["checks"]["gsm8k/median_step_ms"]["detection"]["5"]
-    assert d["runs"] == 0 and d["rate"] is None and d["rate_ci"] is None
-    assert res["checks"]["gsm8k/median_step_ms"]["mde_pct"] is None
+    d = res.checks["gsm8k/median_step_ms"].detection["5"]
+    assert d.runs == 0 and d.rate is None and d.rate_ci is None
+    assert res.checks["gsm8k/median_step_ms"].mde_pct is None
     assert ruler_pct(_summary(["slow-step:7.6"], [])) == 7.6
     assert ruler_pct(_summary([], [])) is None
     with pytest.raises(BadInput, match="neither clean"):
@@ -88,11 +88,11 @@ def test_power_reads_back_the_pieces_of_a_study_from_several_directories(tmp_pat
     text = capsys.readouterr().out
     assert "clean 5, +5 % 4, +10 % 3" in text and "slow-step:5 moved median_step +5.2 %" in text
     assert f"results: {out}" in text
-    res = read_campaign(out, "power.json")       # a campaign's result, format checked
-    assert res["runs_per_plan"]["10"] == 3 and res["read_back"]["waves"] is None
+    res = read_power_study(out)                  # a campaign's result, format checked
+    assert res.runs_per_plan["10"] == 3 and res.read_back.waves is None
     in_read_order = _runs()[1::2] + _runs()[::2]         # lease1's runs, then lease2's
-    assert res == dict(aggregate_power(SUITE, in_read_order), results_format=RESULTS_FORMAT,
-                       read_back=dict(dirs=pieces, waves=None))
+    assert res == aggregate_power(SUITE, in_read_order).model_copy(
+        update=dict(read_back=ReadBack(dirs=pieces, waves=None)))
     assert 'id="estimates"' in (out / "report.html").read_text()
     for png in ("power-curve.png", "estimates.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
@@ -144,8 +144,8 @@ def test_calibrate_read_back_takes_a_power_studys_clean_runs_and_refuses_its_rul
     assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", clean, "--max-rate", "0.2",
                  "--out", str(out)]) == 0
     assert f"results: {out}" in capsys.readouterr().out
-    res = read_campaign(out, "calibration.json")
-    assert res["n"] == 5 and res["checks"]["gsm8k/p99_step_ms"]["false_alarms"] == 1
+    res = read_calibration(out)
+    assert res.n == 5 and res.checks["gsm8k/p99_step_ms"].false_alarms == 1
     assert "mrbench calibrate: gpu-quick.gsm8k x 5" in (out / "report.html").read_text()
     assert main(["calibrate", "gpu-quick:gsm8k", "--from-runs", clean, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["max_rate"] == 0.2
@@ -167,10 +167,10 @@ def test_the_rulers_own_account_is_set_beside_what_moved():
         runs.append((s, 0))
     runs.append((_summary([], []), 0))                # a clean run, no metrics at all
     res = aggregate_power(SUITE, runs)
-    assert res["ruler_added_pct"] == {"7.6": pytest.approx(7.6)}
+    assert res.ruler_added_pct == {"7.6": pytest.approx(7.6)}
     (line,) = fmt_realized(res)
     assert line.startswith("slow-step:7.6 added +7.6 % (its own account), moved median_step +2.0 %")
-    json.dumps(res, allow_nan=False)
+    json.dumps(res.file_json(), allow_nan=False)
 
 
 def test_ruler_added_pct_is_the_busy_share_of_the_slowed_steps():
@@ -203,7 +203,7 @@ def test_the_estimates_figure_puts_each_run_against_its_checks_bar():
         filled = sum(1 for _, fc in points if len(fc) and fc[0][3] > 0)
         assert filled == want_flagged
         bars = [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
-        assert bars == [pytest.approx(100 * res["checks"][name]["bar"])]
+        assert bars == [pytest.approx(100 * res.checks[name].bar)]
         cols = sorted({round(x) for (x, _), _ in points})
         assert cols == [0, 1, 2]                          # clean, +5 %, +10 %
 

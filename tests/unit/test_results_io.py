@@ -195,6 +195,7 @@ def test_a_campaigns_result_is_stamped_with_the_format(tmp_path):
     so a reader can refuse a newer one (read_campaign)."""
     from mrbench.harness.campaigns.campaign import _guarded
     from mrbench.harness.record.results import read_campaign
-    res, path = _guarded(tmp_path / "camp", lambda camp: ("power.json", {"suite": "s"}))
-    assert res["results_format"] == RESULTS_FORMAT
-    assert read_campaign(path, "power.json") == res
+    from mrbench.harness.record.study_record import PowerStudy
+    study = PowerStudy(suite="s", n=0, power_target=0.8, results_format=1)
+    res, path = _guarded(tmp_path / "camp", lambda camp: study)
+    assert read_campaign(path, "power.json")["results_format"] == RESULTS_FORMAT

@@ -67,9 +67,10 @@ def test_latency_bar_follows_the_suite_and_entry_overrides() -> None:
 
 
 def test_the_projected_mde_reads_the_same_in_the_cli_and_the_report() -> None:
+    from mrbench.harness.record.study_record import Projection
     from mrbench.harness.show.formatting import fmt_projected_mde
     assert fmt_projected_mde(None) == "-"
-    assert fmt_projected_mde(dict(mde_pct=15.0, runs=55, rates={"5": 0.2, "15": 0.8})) \
-        == "15 % (of 55 runs)"
-    assert fmt_projected_mde(dict(mde_pct=None, runs=55, rates={"5": 0.1, "50": 0.5})) \
-        == "> 50 %"
+    assert fmt_projected_mde(Projection(bar=0.03, mde_pct=15.0, runs=55,
+                                        rates={"5": 0.2, "15": 0.8})) == "15 % (of 55 runs)"
+    assert fmt_projected_mde(Projection(bar=0.03, mde_pct=None, runs=55,
+                                        rates={"5": 0.1, "50": 0.5})) == "> 50 %"
