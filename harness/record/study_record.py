@@ -108,13 +108,11 @@ class CalibrationCheck(_Record):
     exceedance: Exceedance | None = None
 
 
-class Calibration(CampaignResult):
-    """calibration.json: `mrbench calibrate`'s A/A study. `max_rate`: the worst check's
-    false-alarm rate; `errors`: the runs in error. A campaign records its `environment`;
-    a result read back from runs records where they came from (`read_back`) instead."""
+class _Study(CampaignResult):
+    """What both studies' files begin with: the comparison they measured and their run
+    count; `environment` (a campaign's) and `read_back` (runs read back) are left out
+    where unset."""
 
-    filename = "calibration.json"
-    what = "a calibration"
     omit_none = frozenset({"environment", "read_back"})
 
     suite: str
@@ -122,6 +120,15 @@ class Calibration(CampaignResult):
     baseline: str | None = None
     candidate: str | None = None
     n: int
+
+
+class Calibration(_Study):
+    """calibration.json: `mrbench calibrate`'s A/A study. `max_rate`: the worst check's
+    false-alarm rate; `errors`: the runs in error. A campaign records its `environment`;
+    a result read back from runs records where they came from (`read_back`) instead."""
+
+    filename = "calibration.json"
+    what = "a calibration"
     runs: list[StudyRun] = []
     checks: dict[str, CalibrationCheck] = {}
     max_rate: float = 0.0
@@ -176,7 +183,7 @@ class PowerCheck(_Record):
     exceedance: Exceedance | None = None
 
 
-class PowerStudy(CampaignResult):
+class PowerStudy(_Study):
     """power.json: `mrbench power`'s study. `n`: the fewest runs of any setting
     (`runs_per_plan`); `realized_pct`: per size, what it moved each median and P99 check
     by (%, the gate's estimate); `ruler_added_pct`: per size, the ruler's own account of
@@ -184,13 +191,6 @@ class PowerStudy(CampaignResult):
 
     filename = "power.json"
     what = "a power study"
-    omit_none = frozenset({"environment", "read_back"})
-
-    suite: str
-    target: str | None = None
-    baseline: str | None = None
-    candidate: str | None = None
-    n: int
     runs_per_plan: dict[str, int] = {}
     pcts: list[float] = []
     power_target: float
