@@ -88,6 +88,65 @@ COVERAGE_FAULTS: dict[str, Fault] = {
               "handed to the sampler, so a min-p request samples from its whole tempered "
               "distribution. vLLM's V1 sampler did so until PR 13191 (issue 12678: 'V1 "
               "engine ignores ... min-p sampling')"),
+        Fault("seeded-greedy-sampled", 27077, "greedy rows taken for random rows",
+              "v2/sampler.py SamplingState.add_request and sampler.py sample: a request is "
+              "classed by its seed before its temperature, so a greedy request that names a "
+              "seed is classed random; the sampler picks the argmax for the rows classed "
+              "greedy and guards the division by the temperature for them alone, so such a "
+              "row divides its logits by 0 and draws from inf and NaN (on CPU: token 0, "
+              "every step). Unseeded "
+              "greedy requests are unchanged. A stand-in for the class of vLLM PR 27077 "
+              "(greedy rows the sampler no longer recognised after their stored temperature "
+              "changed from -1 to 0: division by zero, NaN and Inf logits), not its line"),
+        Fault("temperature-only-unprocessed", 34563, "the temperature skipped by a launch gate",
+              "sampler.py sample (called by v2/model_runner.py _sample), _pre_fix_probs: a "
+              "batch whose rows use no filter (top-k, top-p, min-p) and no logit processor "
+              "(logit bias, penalties) draws from the softmax of its raw logits, the "
+              "temperature never applied: its launch is gated on the filters' flags. A "
+              "stand-in for the class of the host-side gate MRv2 put on its temperature "
+              "kernel (vLLM PR 34563: the launch skipped when the batch's temperatures "
+              "make it a no-op), gated here on the wrong facts; no MRv2 PR of this line "
+              "was found"),
+        Fault("fused-top-k-raw-logits", 26859, "a fused filter path fed untempered logits",
+              "sampler.py sample (V2's call), _pre_fix_probs: a batch that uses top-k and "
+              "neither top-p nor min-p takes a top-k-only fast path that masks and draws "
+              "from the logits it was handed, which the temperature never reached, so a "
+              "top-k request samples its top k at temperature 1. An engine that returns "
+              "processed logprobs never takes it (v2/model_runner.py: the fused kernel it "
+              "stands for returns no logits). A stand-in for the class "
+              "of vLLM PR 26859 (FlashInfer's fused top-k / top-p sampling kernel, switched "
+              "off by default after it gave 'the same output even when the temperature is "
+              "quite high', issue 26480), not its kernel"),
+        Fault("top-p-without-top-k", 13191, "a filter dropped on its own dispatch branch",
+              "sampler.py sample (V2's call), _pre_fix_probs: the filter dispatch reads "
+              "'no row uses top-k' as 'no filter', so a batch that uses top-p without top-k "
+              "samples its whole tempered distribution (min-p still applies). A stand-in "
+              "for the class of vLLM PR 13191 (a sampling parameter accepted and never "
+              "applied: there min-p, here top-p on the branch without top-k); no vLLM PR "
+              "of this line was found"),
+        Fault("top-p-dropped-with-top-k", 13191, "a filter dropped on its own dispatch branch",
+              "sampler.py sample (V2's call), _pre_fix_probs: the filter dispatch takes its "
+              "top-k-only branch for any batch that uses top-k, so a batch that uses top-k "
+              "and top-p together samples its whole top k, no nucleus cut (min-p still "
+              "applies; `top-p-without-top-k` is the dispatch's other branch). A top-p "
+              "near 1 cuts so little that dropping it barely moves a stream (the "
+              "`mixed-seeds` and `chunked` sets: top-p 0.9999). A stand-in for the class of "
+              "vLLM PR 13191 (a sampling parameter accepted and never applied: there min-p, "
+              "here top-p beside top-k); no vLLM PR of this line was found"),
+        Fault("logit-bias-overwrites", 19041, "a logit bias assigned instead of added",
+              "sampler.py apply_logit_bias (V2's call): each biased token's logit is set to "
+              "its bias (`scatter`) instead of shifted by it (`scatter_add`), so a request "
+              "with a logit bias samples as if those tokens' logits were the biases. A "
+              "stand-in for the class of vLLM PR 19041 (V1's logit bias rewritten as one "
+              "index_put_, which adds only with accumulate=True), not a line of it"),
+        Fault("unseeded-batch-drops-seeds", 51866,
+              "a seeded stream lost to an unseeded batch mate",
+              "v2/sampler.py SamplingState.batch_params: a batch in which any sampling row "
+              "is unseeded takes the unseeded fast path, which draws every row's noise from "
+              "one batch-wide random state, so a seeded request's stream depends on whether "
+              "its batch mates named seeds. The pre-fix test of vLLM PR 51866 (issue 51226: "
+              "the CPU sampler's `len(generators) != logits.shape[0]`, true as soon as one "
+              "row is unseeded), which dropped every seeded request's generator"),
         Fault("processed-logprobs-unmasked", 37144,
               "processed logprobs not of the distribution sampled",
               "logprobs.py compute (called by v2/model_runner.py _sample): with "

@@ -10,14 +10,22 @@ no `multinomial` (a sync on some backends).
 Every step of work past greedy and temperature/top-k/top-p is gated by a host fact of the
 batch (`BatchParams`: None when no row uses it), so a batch that uses none of it runs
 exactly the ops it ran before they existed (the stored op-count references hold).
+
+The V2 runner hands `sample` its fault switches; V1, the reference, never does. The
+pre-fix paths of the sampling faults each take one shape of batch (`_pre_fix_probs`), so
+each breaks one parameter set of the `sampled` sweep and leaves the others alone.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from .faults import FaultSet
 
 _EPS = 1e-6
 
@@ -46,7 +54,12 @@ class Penalties:
     output_counts: torch.Tensor   # [R, V] int: times the token was sampled so far
 
 
-def apply_logit_bias(logits: torch.Tensor, bias: LogitBias) -> torch.Tensor:
+def apply_logit_bias(logits: torch.Tensor, bias: LogitBias,
+                     faults: "FaultSet | None" = None) -> torch.Tensor:
+    if faults is not None and faults.active("logit-bias-overwrites"):
+        # The pre-fix write (the class of vLLM PR 19041's one index_put_, right only with
+        # accumulate=True): each biased token's logit becomes its bias.
+        return logits.scatter(-1, bias.token_ids, bias.bias)
     return logits.scatter_add(-1, bias.token_ids, bias.bias)
 
 
@@ -62,12 +75,13 @@ def apply_penalties(logits: torch.Tensor, pen: Penalties) -> torch.Tensor:
     return logits - pen.presence[:, None] * in_output
 
 
-def process_raw_logits(logits: torch.Tensor, params: "BatchParams") -> torch.Tensor:
+def process_raw_logits(logits: torch.Tensor, params: "BatchParams",
+                       faults: "FaultSet | None" = None) -> torch.Tensor:
     """The logit bias, then the penalties (vLLM's order: bias adds, penalties scale, and the
     two do not commute), in float32; only the parts some row of the batch uses."""
     logits = logits.float()
     if params.logit_bias is not None:
-        logits = apply_logit_bias(logits, params.logit_bias)
+        logits = apply_logit_bias(logits, params.logit_bias, faults)
     if params.penalties is not None:
         logits = apply_penalties(logits, params.penalties)
     return logits
@@ -132,35 +146,92 @@ def row_noise(generators: list[torch.Generator | None], num_uniform: list[int], 
     return torch.stack(us) if us else torch.empty(0, D, device=device), torch.stack(es)
 
 
-def sample(logits: torch.Tensor, params: "BatchParams") -> torch.Tensor:
-    """One token per row [R] from logits [R, V]."""
+def sample(logits: torch.Tensor, params: "BatchParams",
+           faults: "FaultSet | None" = None) -> torch.Tensor:
+    """One token per row [R] from logits [R, V]. `faults`: the V2 runner's switches (None:
+    the fixed code only)."""
     if params.logit_bias is not None or params.penalties is not None:
-        logits = process_raw_logits(logits, params)
+        logits = process_raw_logits(logits, params, faults)
     greedy_tok = logits.argmax(-1)
     if not params.any_random:
         return greedy_tok
-    probs = target_probs(logits, params.temperature, params.top_k, params.top_p,
-                         params.use_top_k_top_p, params.min_p)
+    greedy = params.temperature == 0
+    probs = _pre_fix_probs(logits, params, faults) if faults is not None else None
+    if probs is None:
+        probs = target_probs(logits, params.temperature, params.top_k, params.top_p,
+                             params.use_top_k_top_p, params.min_p)
+    if faults is not None and faults.active("seeded-greedy-sampled"):
+        probs, greedy = _greedy_by_class(logits, params, probs)
     _, e = row_noise(params.generators, [0] * len(params.generators), logits.shape[-1],
                      logits.device)
-    return torch.where(params.temperature == 0, greedy_tok, (probs / e).argmax(-1))
+    return torch.where(greedy, greedy_tok, (probs / e).argmax(-1))
+
+
+def _greedy_by_class(logits: torch.Tensor, params: "BatchParams", probs: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`seeded-greedy-sampled`'s pre-fix path: a row is greedy by its class (no generator:
+    the V2 runner classed it greedy), not by its temperature, and the guard that keeps a
+    temperature of 0 out of the division is keyed on the class too. A row classed random at
+    temperature 0 divides its logits by 0: inf and NaN, and a token drawn from them."""
+    random_class = torch.tensor([g is not None for g in params.generators],
+                                device=logits.device)
+    zero = params.temperature == 0
+    unguarded = (logits.float() / params.temperature[:, None]).softmax(-1)
+    return torch.where((zero & random_class)[:, None], unguarded, probs), ~random_class & zero
+
+
+def _pre_fix_probs(logits: torch.Tensor, params: "BatchParams",
+                   faults: "FaultSet") -> torch.Tensor | None:
+    """The sampling distribution of a sampling fault's pre-fix path, where the batch takes
+    one; None: the fixed path (`target_probs`). Each path is chosen by the batch's host
+    facts, as vLLM's sampler dispatches (no filter; top-k alone; top-p alone; both), so a
+    fault breaks the batches of one shape only. `logits`: after the bias and penalties."""
+    if not faults.any():
+        return None
+    top_k, top_p = params.any_top_k, params.any_top_p
+    plain = params.min_p is None and params.logit_bias is None and params.penalties is None
+    if plain and not (top_k or top_p) and faults.active("temperature-only-unprocessed"):
+        # A batch that needs no filter and no logit processor draws from the raw logits:
+        # the temperature's launch is gated on the filters' flags.
+        return logits.float().softmax(-1)
+    if (top_k and not top_p and params.min_p is None
+            and faults.active("fused-top-k-raw-logits")):
+        # The top-k-only fast path masks and draws from the logits it was handed, which
+        # the temperature never reached.
+        return apply_top_k_top_p(logits.float(), params.top_k, params.top_p).softmax(-1)
+    if top_p and not top_k and faults.active("top-p-without-top-k"):
+        # The dispatch reads "no top-k" as "no filter": top-p is dropped with it.
+        return target_probs(logits, params.temperature, params.top_k, params.top_p, False,
+                            params.min_p)
+    if top_k and top_p and faults.active("top-p-dropped-with-top-k"):
+        # The dispatch takes its top-k branch for any batch that uses top-k: top-p is
+        # dropped with it.
+        return target_probs(logits, params.temperature, params.top_k,
+                            torch.ones_like(params.top_p), True, params.min_p)
+    return None
 
 
 class BatchParams:
     """Sampling parameters of one batch, as device tensors plus the host facts that
     decide which work to do (so no device value is read on the host). `min_p`,
-    `logit_bias` and `penalties` are None when no row of the batch uses them."""
+    `logit_bias` and `penalties` are None when no row of the batch uses them;
+    `any_top_k` / `any_top_p`: some row uses top-k / top-p (which of the two
+    `use_top_k_top_p` stands for; only the sampling faults' pre-fix paths read them)."""
 
     def __init__(self, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                  generators: list[torch.Generator | None], any_random: bool,
                  use_top_k_top_p: bool, min_p: torch.Tensor | None = None,
                  logit_bias: LogitBias | None = None,
-                 penalties: Penalties | None = None) -> None:
+                 penalties: Penalties | None = None, any_top_k: bool | None = None,
+                 any_top_p: bool | None = None) -> None:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.generators = generators
         self.any_random = any_random
         self.use_top_k_top_p = use_top_k_top_p
         self.min_p, self.logit_bias, self.penalties = min_p, logit_bias, penalties
+        # unknown (None): as use_top_k_top_p says, both or neither
+        self.any_top_k = use_top_k_top_p if any_top_k is None else any_top_k
+        self.any_top_p = use_top_k_top_p if any_top_p is None else any_top_p
 
     @classmethod
     def from_params(cls, params: list[SamplingParams], generators: list[torch.Generator | None],
@@ -177,9 +248,10 @@ class BatchParams:
                 for p, g, s in zip(params, generators, samples)]
         min_p = (torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device)
                  if any(p.min_p > 0 for p in params) else None)
-        return cls(t, k, p_, gens, any(g is not None for g in gens),
-                   any(p.top_k > 0 or p.top_p < 1 for p in params), min_p,
-                   _logit_bias(params, device), _penalties(params, tokens, vocab_size, device))
+        any_k, any_p = any(p.top_k > 0 for p in params), any(p.top_p < 1 for p in params)
+        return cls(t, k, p_, gens, any(g is not None for g in gens), any_k or any_p, min_p,
+                   _logit_bias(params, device), _penalties(params, tokens, vocab_size, device),
+                   any_k, any_p)
 
 
 def _logit_bias(params: list[SamplingParams], device: torch.device) -> LogitBias | None:

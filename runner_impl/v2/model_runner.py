@@ -15,6 +15,7 @@ import torch
 
 from ..config import EngineConfig
 from ..engine.outputs import ModelRunnerOutput, SchedulerOutput
+from ..faults import FaultSet
 from ..logprobs import SlotLogprobs, StepLogprobs, compute
 from ..model.llama import LlamaForCausalLM
 from ..sampler import sample
@@ -52,6 +53,11 @@ class ModelRunnerV2:
         self.cfg, self.model, self.kv_caches = cfg, model, kv_caches
         self.k = cfg.num_speculative_tokens
         self.faults = cfg.faults
+        # The switches `sample` takes. vLLM's fused top-k / top-p kernel returns no
+        # logits, so an engine that returns processed logprobs never runs it: nor the
+        # `fused-top-k-raw-logits` path, which stands for it.
+        self.sample_faults = (FaultSet(self.faults.names - {"fused-top-k-raw-logits"})
+                              if cfg.logprobs_mode == "processed_logprobs" else self.faults)
         dev = cfg.torch_device
         self.slow_step = (SlowStep(cfg.faults.slow_step_pct, dev)
                           if cfg.faults.slow_step_pct else None)
@@ -192,7 +198,7 @@ class ModelRunnerV2:
         asked (device work, copied out with the tokens)."""
         W = logits.shape[1]
         if W == 1:
-            sampled = sample(logits[:, 0], params)[:, None]
+            sampled = sample(logits[:, 0], params, self.sample_faults)[:, None]
             num_sampled = None if batch.graphed else batch.samples_token_gpu.long()
             return sampled, num_sampled, self._logprobs(batch, logits, params, sampled)
         drafts = self.state.draft_tokens[batch.idx_mapping, :W - 1]

@@ -66,15 +66,25 @@ class SamplingState:
         self.num_bias = np.zeros(n, dtype=np.int64)
         # Host facts of each slot's request, to decide which work a batch needs.
         self.is_random = np.zeros(n, dtype=bool)
-        self.uses_top_k_top_p = np.zeros(n, dtype=bool)
+        self.uses_top_k = np.zeros(n, dtype=bool)
+        self.uses_top_p = np.zeros(n, dtype=bool)
+        self.seeded = np.zeros(n, dtype=bool)     # the request named its seed
         self.uses_min_p = np.zeros(n, dtype=bool)
         self.uses_penalties = np.zeros(n, dtype=bool)
         self.generators: list[torch.Generator | None] = [None] * n
+        # `unseeded-batch-drops-seeds`' one random state for a whole batch (made on use)
+        self._batch_generator: torch.Generator | None = None
 
     def add_request(self, slot: int, new: NewRequestData) -> None:
         sp = new.sampling_params
-        self.is_random[slot] = not sp.greedy
-        self.uses_top_k_top_p[slot] = sp.top_k > 0 or sp.top_p < 1
+        # `seeded-greedy-sampled` (a stand-in for the class of vLLM PR 27077): a request is
+        # classed by its seed before its temperature, so a seeded greedy request is classed
+        # random (the sampler then divides by its temperature, 0: sampler.py).
+        self.is_random[slot] = not sp.greedy or (
+            sp.seed is not None and self.faults.active("seeded-greedy-sampled"))
+        self.uses_top_k[slot] = sp.top_k > 0
+        self.uses_top_p[slot] = sp.top_p < 1
+        self.seeded[slot] = sp.seed is not None
         self.generators[slot] = make_generator(new.seed, self.device)
         self._staged.append((slot, sp.temperature, sp.top_k, sp.top_p))
         self._stage_extra(slot, sp)
@@ -177,6 +187,9 @@ class SamplingState:
                 for s, r, keep in zip(idx_np, rand, samples_token)]
         if self.faults.active("shared-sampling-noise") and any(g is not None for g in gens):
             gens = self._shared_noise(gens)
+        if self.faults.active("unseeded-batch-drops-seeds") and any(
+                g is not None and not self.seeded[s] for s, g in zip(idx_np, gens)):
+            gens = self._unseeded_fast_path(gens)
         # `min-p-ignored` (the class of vLLM PR 13191): min-p is stored and never applied.
         min_p = (self.min_p[idx] if self.uses_min_p[idx_np].any()
                  and not self.faults.active("min-p-ignored") else None)
@@ -185,9 +198,9 @@ class SamplingState:
         pen = (Penalties(self.repetition_penalty[idx], self.frequency_penalty[idx],
                          self.presence_penalty[idx], self.prompt_mask[idx],
                          self.output_counts[idx]) if penalties else None)
+        any_k, any_p = bool(self.uses_top_k[idx_np].any()), bool(self.uses_top_p[idx_np].any())
         return BatchParams(self.temperature[idx], self.top_k[idx], self.top_p[idx], gens,
-                           any_random, bool(self.uses_top_k_top_p[idx_np].any()), min_p,
-                           bias, pen)
+                           any_random, any_k or any_p, min_p, bias, pen, any_k, any_p)
 
     def count_sampled(self, idx: torch.Tensor, sampled: torch.Tensor,
                       num_sampled: torch.Tensor) -> None:
@@ -198,6 +211,15 @@ class SamplingState:
         keep = torch.arange(W, device=sampled.device)[None] < num_sampled[:, None]
         self.output_counts.index_put_((idx[:, None].expand(R, W), sampled.clamp(min=0)),
                                       keep.to(torch.int32), accumulate=True)
+
+    def _unseeded_fast_path(self, gens: list[torch.Generator | None]
+                            ) -> list[torch.Generator | None]:
+        """`unseeded-batch-drops-seeds`' pre-fix path (vLLM PR 51866 fixed it): a batch
+        with any unseeded sampling row takes the unseeded fast path, which draws every
+        row's noise from one batch-wide random state, the seeded rows' generators unused."""
+        if self._batch_generator is None:
+            self._batch_generator = torch.Generator(device=self.device)
+        return [None if g is None else self._batch_generator for g in gens]
 
     def _shared_noise(self, gens: list[torch.Generator | None]) -> list[torch.Generator | None]:
         """The fault's pre-fix path: every sampling row of the step draws from one random

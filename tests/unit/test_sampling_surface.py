@@ -1,8 +1,8 @@
 """The sampling surface: min-p, the penalties and the logit bias against a plain reference
 computed by hand, vLLM's bounds and order, the V1 and V2 runners drawing the same tokens
-for every parameter set of the `sampled` sweep, each sampling fault changing only its own
-set's tokens, the sweep's entries and parameter hashes, and token agreement leaving
-unseeded requests out with a count."""
+for every parameter set of the `sampled` sweep, each set's own fault changing its tokens
+and no other set's (the matrix of exclusivity, ten faults by ten sets), the sweep's entries
+and parameter hashes, and token agreement leaving unseeded requests out with a count."""
 import math
 
 import pytest
@@ -14,6 +14,7 @@ from mrbench.harness.checks.correctness import agreement_check
 from mrbench.harness.record.references import params_hash
 from mrbench.harness.record.suite import Thresholds
 from mrbench.runner_impl import COVERAGE_FAULTS, FAULTS, LLM, RunnerError, SamplingParams
+from mrbench.runner_impl.model.random_llama import make_tiny_llama
 from mrbench.runner_impl.sampler import (
     BatchParams, LogitBias, Penalties, apply_min_p, process_raw_logits, sample, target_probs)
 from mrbench.workloads.sampled import OFF, SETS, WORKLOAD, Params
@@ -145,13 +146,20 @@ def generate(model_dir, name: str, runner: str = "v2", faults=()) -> list[list[i
 
 
 @pytest.fixture(scope="module")
-def clean_v2(tiny_model_dir) -> dict[str, list[list[int]]]:
-    return {name: generate(tiny_model_dir, name) for name in SETS}
+def sweep_model_dir(tmp_path_factory):
+    """The tiny random Llama with weights at std 1.0 (the shared one has 0.2): logits spread
+    wide enough that every set's fault has streams to break within a few tokens."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_llama_std1"), init_std=1.0)
+
+
+@pytest.fixture(scope="module")
+def clean_v2(sweep_model_dir) -> dict[str, list[list[int]]]:
+    return {name: generate(sweep_model_dir, name) for name in SETS}
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
-def test_v1_and_v2_draw_the_same_tokens(tiny_model_dir, clean_v2, name):
-    assert generate(tiny_model_dir, name, "v1") == clean_v2[name]
+def test_v1_and_v2_draw_the_same_tokens(sweep_model_dir, clean_v2, name):
+    assert generate(sweep_model_dir, name, "v1") == clean_v2[name]
 
 
 def test_every_set_but_greedy_changes_the_tokens(clean_v2):
@@ -159,22 +167,53 @@ def test_every_set_but_greedy_changes_the_tokens(clean_v2):
     assert {n for n in SETS if clean_v2[n] == clean_v2["greedy"]} == {"greedy"}
 
 
-OWN_SET = {"penalty-slot-reuse": "penalties", "partial-prefill-noise": "chunked",
-           "min-p-ignored": "min-p"}
+# Each set's own fault (harness/suites/surface.yaml, docs/coverage.md).
+OWN_SET = {"seeded-greedy-sampled": "greedy", "temperature-only-unprocessed": "temperature",
+           "fused-top-k-raw-logits": "top-k", "top-p-without-top-k": "top-p",
+           "top-p-dropped-with-top-k": "top-k-top-p", "min-p-ignored": "min-p",
+           "penalty-slot-reuse": "penalties", "logit-bias-overwrites": "logit-bias",
+           "unseeded-batch-drops-seeds": "mixed-seeds", "partial-prefill-noise": "chunked"}
+
+
+def test_every_set_has_its_own_fault():
+    assert sorted(OWN_SET.values()) == sorted(SETS)
 
 
 @pytest.mark.parametrize("fault", sorted(OWN_SET))
-def test_each_sampling_fault_changes_only_its_own_sets_tokens(tiny_model_dir, clean_v2, fault):
+def test_each_sampling_fault_changes_only_its_own_sets_tokens(sweep_model_dir, clean_v2, fault):
+    """One row of the matrix: the fault on, every set run, its own set's tokens differ from
+    the clean run's and every other set's are the same."""
     changed = {name for name in SETS
-               if generate(tiny_model_dir, name, faults=[fault]) != clean_v2[name]}
+               if generate(sweep_model_dir, name, faults=[fault]) != clean_v2[name]}
     assert changed == {OWN_SET[fault]}
 
 
 def test_the_sampling_faults_are_coverage_faults_with_their_prs():
     prs = {n: COVERAGE_FAULTS[n].vllm_pr for n in OWN_SET}
-    assert prs == {"penalty-slot-reuse": 34662, "partial-prefill-noise": 10097,
-                   "min-p-ignored": 13191}
+    assert prs == {"seeded-greedy-sampled": 27077, "temperature-only-unprocessed": 34563,
+                   "fused-top-k-raw-logits": 26859, "top-p-without-top-k": 13191,
+                   "top-p-dropped-with-top-k": 13191, "min-p-ignored": 13191,
+                   "penalty-slot-reuse": 34662, "logit-bias-overwrites": 19041,
+                   "unseeded-batch-drops-seeds": 51866, "partial-prefill-noise": 10097}
     assert not set(OWN_SET) & set(FAULTS)
+    assert all(str(COVERAGE_FAULTS[n].vllm_pr) in COVERAGE_FAULTS[n].code_path
+               for n in OWN_SET)
+
+
+def test_a_processed_logprobs_engine_never_takes_the_fused_top_k_path(sweep_model_dir):
+    """vLLM's fused top-k kernel returns no logits, so an engine that returns processed
+    logprobs samples top-k on the fixed path even with the fault on."""
+    prompts = make_prompts(4, seed=3, lo=50, hi=90)
+    sps = [SamplingParams(temperature=2.0, top_k=20, seed=100 + i, max_tokens=12)
+           for i in range(4)]
+
+    def tokens(faults, mode):
+        llm = LLM(sweep_model_dir, max_num_seqs=4, dtype="float64", logprobs_mode=mode,
+                  faults=faults)
+        return [o.token_ids for o in llm.generate(prompts, sps)]
+    assert tokens(["fused-top-k-raw-logits"], "processed_logprobs") == \
+        tokens([], "processed_logprobs")
+    assert tokens(["fused-top-k-raw-logits"], "raw_logprobs") != tokens([], "raw_logprobs")
 
 
 # ---- the workload's sweep -------------------------------------------------------------------
