@@ -82,8 +82,8 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                         "process that compiled its kernels ran its host work ~10 %% slower "
                         "for its life, keep on CPU (docs/detection-power.md)")
     p.add_argument("--engine-starts", type=int, default=None, metavar="N",
-                   help="engines that start together (default: on a GPU one per two CPUs, "
-                        "at most 8; on CPU 1). With N > 1 the run's engines are planned up "
+                   help="engines that start together (default: on a GPU one per CPU, "
+                        "at most 16; on CPU 1). With N > 1 the run's engines are planned up "
                         "front and those that fit the device start together, before any of "
                         "their workloads is measured (docs/architecture.md, engine plan)")
     p.add_argument("--in-process", action="store_true",

@@ -32,7 +32,11 @@ from .engine_args import describe as describe_args
 from .targets.base import Footprint, SideSpec, engine_args_of
 
 HOST_MEMORY_SHARE = 0.6              # of the host's RAM that resident engines may take
-MAX_STARTS_AT_ONCE = 8               # more overlapped starts only queue on the CPUs
+# One start a CPU, at most this many: on an H200 host pinned to 14 CPUs (vLLM 0.26, `quick`'s
+# 12 engines) all 12 at once were ready sooner than 7 and then 5, fresh (90 s to every
+# engine compiled, against 103 s) and warm (24-33 s against two rounds to 54 s)
+# (docs/performance.md, "Time to verdict"); more than 16 was never measured.
+MAX_STARTS_AT_ONCE = 16
 
 
 @dataclass(frozen=True)
@@ -129,14 +133,15 @@ class EnginePlan:
 
 
 def default_starts_at_once(devices: set[str], cpus: int | None = None) -> int:
-    """How many engines start together when the user did not say: on a GPU, one per two
-    CPUs the harness may use (a start compiles on several threads), at most
-    MAX_STARTS_AT_ONCE; on CPU one, where the engines' own compute shares the few cores and
-    a start overlapped with another's was not measured to gain."""
+    """How many engines start together when the user did not say: on a GPU, one per CPU
+    the harness may use, at most MAX_STARTS_AT_ONCE (a start waits on its GPU, its files and
+    its compiler's threads in turn, so starts overlap well past one per two CPUs); on CPU
+    one, where the engines' own compute shares the few cores and a start overlapped with
+    another's was not measured to gain."""
     if not any(d.startswith("cuda") for d in devices):
         return 1
     n = cpus if cpus is not None else len(os.sched_getaffinity(0))
-    return max(1, min(MAX_STARTS_AT_ONCE, n // 2))
+    return max(1, min(MAX_STARTS_AT_ONCE, n))
 
 
 def device_memory_bytes(device: str) -> int | None:

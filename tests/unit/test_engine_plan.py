@@ -78,9 +78,9 @@ def test_an_unknown_footprint_or_device_keeps_each_shape_alone():
 
 def test_default_starts_at_once():
     assert engine_plan.default_starts_at_once({"cpu"}, cpus=16) == 1
-    assert engine_plan.default_starts_at_once({"cuda"}, cpus=16) == 8
-    assert engine_plan.default_starts_at_once({"cuda:1"}, cpus=64) == 8
-    assert engine_plan.default_starts_at_once({"cuda"}, cpus=2) == 1
+    assert engine_plan.default_starts_at_once({"cuda"}, cpus=14) == 14
+    assert engine_plan.default_starts_at_once({"cuda:1"}, cpus=64) == 16
+    assert engine_plan.default_starts_at_once({"cuda"}, cpus=1) == 1
 
 
 def test_the_plan_is_recorded_whole():
