@@ -37,6 +37,7 @@ from ..record.suite import Thresholds
 from . import stats_across_runs
 
 MIN_RUNS = 3                 # earlier ratios the prediction test needs (2 df)
+NOT_MEASURED = "not measured: "
 SUFFIX = "_vs_history"
 
 
@@ -54,7 +55,11 @@ def history_checks(checks: list[Check], like: dict, db: Path,
     for c in checks:
         judged = c.verdict in (Verdict.PASS, Verdict.REGRESSION) or \
             judged_across_runs(c.verdict, c.note)
-        if c.metric not in LATENCY or not judged or c.delta is None:
+        # a ratio this run could not measure (a busy machine, too few waves left) is not
+        # judged against the history either, and says so: never a silent pass
+        unmeasured = c.verdict == Verdict.INFO and isinstance(c.note, str) and \
+            c.note.startswith(NOT_MEASURED)
+        if c.metric not in LATENCY or not (judged or unmeasured):
             continue
         wl, metric = c.workload, c.metric
         th = thresholds_for(wl)
@@ -66,6 +71,13 @@ def history_checks(checks: list[Check], like: dict, db: Path,
         kind = dict(delta_kind=DeltaKind.RELATIVE,
                     bar=NOT_GATED if bar is None else Bar(
                         kind=BarKind.MAX_RELATIVE_INCREASE, value=bar, alpha=th.alpha))
+        if unmeasured or c.delta is None:
+            if unmeasured:
+                out.append(Check(wl, metric + SUFFIX, "ratio", None, None, None, None, None,
+                                 thr, "-", Verdict.INFO,
+                                 f"not measured: this run measured no {metric} ratio "
+                                 f"({c.note.removeprefix(NOT_MEASURED)})", **kind))
+            continue
         now = 1 + c.delta
         if not db.is_file():
             out.append(Check(wl, metric + SUFFIX, "ratio", None, now, None, None, None, thr,

@@ -73,6 +73,15 @@ def test_too_few_earlier_runs_or_no_history_is_not_measured(db, tmp_path):
     assert c["verdict"] == "info" and "no history" in c["note"]
 
 
+def test_a_ratio_the_run_could_not_measure_is_not_measured_against_the_history(db):
+    busy = dict(_check(0.3, verdict="info"), note="not measured: the engine threads were off "
+                "their CPUs for 40.0% (baseline): the machine ran other work")
+    [c] = ratio_checks([busy], LIKE, db, lambda w: TH)
+    assert c["metric"] == "median_step_ms_vs_history" and c["verdict"] == "info"
+    assert c["note"].startswith("not measured: this run measured no median_step_ms ratio")
+    assert "the machine ran other work" in c["note"] and c["candidate"] is None
+
+
 def test_only_judged_latency_checks_are_compared(db):
     checks = [_check(0.3, verdict="info"), dict(_check(0.3), metric="syncs_per_step")]
     assert ratio_checks(checks, LIKE, db, lambda w: TH) == []
