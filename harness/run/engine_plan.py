@@ -134,10 +134,9 @@ class EnginePlan:
 
 def default_starts_at_once(devices: set[str], cpus: int | None = None) -> int:
     """How many engines start together when the user did not say: on a GPU, one per CPU
-    the harness may use, at most MAX_STARTS_AT_ONCE (a start waits on its GPU, its files and
-    its compiler's threads in turn, so starts overlap well past one per two CPUs); on CPU
-    one, where the engines' own compute shares the few cores and a start overlapped with
-    another's was not measured to gain."""
+    the harness may use, at most MAX_STARTS_AT_ONCE (overlapped starts were measured to gain
+    well past one per two CPUs: above); on CPU one, where the engines' own compute shares
+    the few cores and a start overlapped with another's was not measured to gain."""
     if not any(d.startswith("cuda") for d in devices):
         return 1
     n = cpus if cpus is not None else len(os.sched_getaffinity(0))
