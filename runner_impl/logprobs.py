@@ -51,8 +51,8 @@ def select_rows(params: BatchParams, rows: torch.Tensor) -> BatchParams:
             return type(x)(*(getattr(x, f.name)[rows] for f in dataclasses.fields(x)))
         return x[rows]
     return BatchParams(pick(params.temperature), pick(params.top_k), pick(params.top_p),
-                       [], params.any_random, params.use_top_k_top_p, pick(params.min_p),
-                       pick(params.logit_bias), pick(params.penalties))
+                       [], params.any_random, params.any_top_k, params.any_top_p,
+                       pick(params.min_p), pick(params.logit_bias), pick(params.penalties))
 
 
 def processed_logits(logits: torch.Tensor, params: BatchParams,

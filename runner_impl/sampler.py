@@ -213,25 +213,26 @@ def _pre_fix_probs(logits: torch.Tensor, params: "BatchParams",
 
 class BatchParams:
     """Sampling parameters of one batch, as device tensors plus the host facts that
-    decide which work to do (so no device value is read on the host). `min_p`,
-    `logit_bias` and `penalties` are None when no row of the batch uses them;
-    `any_top_k` / `any_top_p`: some row uses top-k / top-p (which of the two
-    `use_top_k_top_p` stands for; only the sampling faults' pre-fix paths read them)."""
+    decide which work to do (so no device value is read on the host). `any_top_k` /
+    `any_top_p`: some row uses top-k / top-p (the filter runs when either does; the
+    sampling faults' pre-fix paths dispatch on each). `min_p`, `logit_bias` and
+    `penalties` are None when no row of the batch uses them."""
 
     def __init__(self, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                  generators: list[torch.Generator | None], any_random: bool,
-                 use_top_k_top_p: bool, min_p: torch.Tensor | None = None,
+                 any_top_k: bool, any_top_p: bool, min_p: torch.Tensor | None = None,
                  logit_bias: LogitBias | None = None,
-                 penalties: Penalties | None = None, any_top_k: bool | None = None,
-                 any_top_p: bool | None = None) -> None:
+                 penalties: Penalties | None = None) -> None:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.generators = generators
         self.any_random = any_random
-        self.use_top_k_top_p = use_top_k_top_p
+        self.any_top_k, self.any_top_p = any_top_k, any_top_p
         self.min_p, self.logit_bias, self.penalties = min_p, logit_bias, penalties
-        # unknown (None): as use_top_k_top_p says, both or neither
-        self.any_top_k = use_top_k_top_p if any_top_k is None else any_top_k
-        self.any_top_p = use_top_k_top_p if any_top_p is None else any_top_p
+
+    @property
+    def use_top_k_top_p(self) -> bool:
+        """Some row uses top-k or top-p: the batch runs the filter."""
+        return self.any_top_k or self.any_top_p
 
     @classmethod
     def from_params(cls, params: list[SamplingParams], generators: list[torch.Generator | None],
@@ -248,10 +249,9 @@ class BatchParams:
                 for p, g, s in zip(params, generators, samples)]
         min_p = (torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device)
                  if any(p.min_p > 0 for p in params) else None)
-        any_k, any_p = any(p.top_k > 0 for p in params), any(p.top_p < 1 for p in params)
-        return cls(t, k, p_, gens, any(g is not None for g in gens), any_k or any_p, min_p,
-                   _logit_bias(params, device), _penalties(params, tokens, vocab_size, device),
-                   any_k, any_p)
+        return cls(t, k, p_, gens, any(g is not None for g in gens),
+                   any(p.top_k > 0 for p in params), any(p.top_p < 1 for p in params), min_p,
+                   _logit_bias(params, device), _penalties(params, tokens, vocab_size, device))
 
 
 def _logit_bias(params: list[SamplingParams], device: torch.device) -> LogitBias | None:

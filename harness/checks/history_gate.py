@@ -71,12 +71,12 @@ def history_checks(checks: list[Check], like: dict, db: Path,
         kind = dict(delta_kind=DeltaKind.RELATIVE,
                     bar=NOT_GATED if bar is None else Bar(
                         kind=BarKind.MAX_RELATIVE_INCREASE, value=bar, alpha=th.alpha))
-        if unmeasured or c.delta is None:
-            if unmeasured:
-                out.append(Check(wl, metric + SUFFIX, "ratio", None, None, None, None, None,
-                                 thr, "-", Verdict.INFO,
-                                 f"not measured: this run measured no {metric} ratio "
-                                 f"({c.note.removeprefix(NOT_MEASURED)})", **kind))
+        if unmeasured:
+            out.append(Check(wl, metric + SUFFIX, "ratio", None, None, None, None, None, thr,
+                             "-", Verdict.INFO, f"not measured: this run measured no {metric} "
+                             f"ratio ({c.note.removeprefix(NOT_MEASURED)})", **kind))
+            continue
+        if c.delta is None:
             continue
         now = 1 + c.delta
         if not db.is_file():

@@ -179,7 +179,7 @@ class SamplingState:
         bias_width = int(self.num_bias[idx_np].max(initial=0))
         penalties = bool(self.uses_penalties[idx_np].any())
         if lazy and not any_random and not bias_width and not penalties:
-            return BatchParams(None, None, None, [None] * len(idx_np), False, False)
+            return BatchParams(None, None, None, [None] * len(idx_np), False, False, False)
         # The `partial-prefill-noise` fault's pre-fix path (the class of vLLM PR 10097):
         # a prefill chunk whose sample is dropped still draws its request's noise.
         draw_dropped = self.faults.active("partial-prefill-noise")
@@ -198,9 +198,9 @@ class SamplingState:
         pen = (Penalties(self.repetition_penalty[idx], self.frequency_penalty[idx],
                          self.presence_penalty[idx], self.prompt_mask[idx],
                          self.output_counts[idx]) if penalties else None)
-        any_k, any_p = bool(self.uses_top_k[idx_np].any()), bool(self.uses_top_p[idx_np].any())
         return BatchParams(self.temperature[idx], self.top_k[idx], self.top_p[idx], gens,
-                           any_random, any_k or any_p, min_p, bias, pen, any_k, any_p)
+                           any_random, bool(self.uses_top_k[idx_np].any()),
+                           bool(self.uses_top_p[idx_np].any()), min_p, bias, pen)
 
     def count_sampled(self, idx: torch.Tensor, sampled: torch.Tensor,
                       num_sampled: torch.Tensor) -> None:

@@ -26,7 +26,7 @@ def batch(**kw) -> BatchParams:
     R = 2
     base = dict(temperature=torch.ones(R), top_k=torch.zeros(R, dtype=torch.int64),
                 top_p=torch.ones(R), generators=[None] * R, any_random=False,
-                use_top_k_top_p=False)
+                any_top_k=False, any_top_p=False)
     return BatchParams(**{**base, **kw})
 
 
