@@ -17,7 +17,10 @@ device:
   twice) and `aten::nonzero` (output shape needs the host).
 
 Phases are the harness's own ranges (harness/measure/phases.py); an event counts for the innermost
-phase range holding it. `ran_<phase>` counts the phase's ranges in the step and
+phase range of its own thread that holds it. By thread, not by time alone: with async
+scheduling vLLM waits for step N's output copy on its `WorkerAsyncOutput` thread while the
+engine thread samples step N+1, and by time alone that wait would count as a sync in the
+sample phase (seen on a 1B model: 21 of 321 steps). `ran_<phase>` counts the phase's ranges in the step and
 `events_<phase>` everything seen inside them, so a phase that never ran (labels that did not
 attach) is told apart from one that ran without a sync, or without any torch op.
 Op counts (every `aten::` event) and allocations (the allocator's records with positive
@@ -42,26 +45,31 @@ CUDA_SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventS
 from .phases import HOT_PHASES  # 'output' holds the step's one wait for its output copy
 
 
+Event = tuple[str, int, int, int, int]     # name, start_ns, end_ns, nbytes, thread id
+
+
 @dataclass
 class Profiled:
-    events: list[tuple[str, int, int, int]] = field(default_factory=list)  # name, t0, t1, bytes
+    events: list[Event] = field(default_factory=list)
 
 
-def _raw_events(prof) -> list[tuple[str, int, int, int]]:
-    """(name, start_ns, end_ns, nbytes) straight from Kineto's results.
+def _raw_events(prof) -> list[Event]:
+    """(name, start_ns, end_ns, nbytes, thread) straight from Kineto's results.
 
     `prof.events()` turns ~300k raw records into Python FunctionEvents with a tree of
     parents and memory attribution: 15-20 s per profiled pass on a 2-core CPU, against 0.2-0.7 s
     for the raw records. Counting needs only names, times and allocation sizes."""
     kr = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if kr is not None:
-        return [(e.name(), e.start_ns(), e.end_ns(), e.nbytes()) for e in kr.events()]
+        return [(e.name(), e.start_ns(), e.end_ns(), e.nbytes(), e.start_thread_id())
+                for e in kr.events()]
     out = []          # fallback for a torch without kineto_results: the slow, public path
     for e in prof.events():
         own = max(e.self_cpu_memory_usage, 0) + max(getattr(e, "self_device_memory_usage", 0), 0)
-        out.append((e.name, int(e.time_range.start * 1000), int(e.time_range.end * 1000), 0))
+        t0, t1 = int(e.time_range.start * 1000), int(e.time_range.end * 1000)
+        out.append((e.name, t0, t1, 0, e.thread))
         if own:
-            out.append(("[memory]", out[-1][1], out[-1][1], own))
+            out.append(("[memory]", t0, t0, own, e.thread))
     return out
 
 
@@ -77,8 +85,9 @@ def start_profile(device: str) -> profile:
     return prof
 
 
-def stop_profile(prof: profile) -> list[tuple[str, int, int, int]]:
-    """Stop a `start_profile` profiler; its raw events (name, start_ns, end_ns, nbytes)."""
+def stop_profile(prof: profile) -> list[Event]:
+    """Stop a `start_profile` profiler; its raw events (name, start_ns, end_ns, nbytes,
+    thread)."""
     prof.stop()
     return _raw_events(prof)
 
@@ -125,15 +134,53 @@ def _containing(starts: np.ndarray, ends: np.ndarray, t0: np.ndarray, t1: np.nda
     return j, (i >= 0) & (t1 <= ends[j])
 
 
+def _thread_of_each(tid: np.ndarray, codes: np.ndarray, u_phase: np.ndarray,
+                    u_step: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """The labelled thread each event belongs to: its own, or for a thread that labels no
+    phases, the labelled thread it is mapped to.
+
+    Why a map: the profiler records CPU ops (and the harness's ranges) under torch's own
+    thread ids, and the CUDA runtime calls (the syncs) under the OS thread ids CUPTI reports,
+    so a runtime call's thread never labels a phase. Such a thread goes to the labelled
+    thread whose phase ranges, and no other labelled thread's, hold most of its events: an
+    event that two threads' ranges hold at once says nothing. A tie (none held alone
+    included) goes to the thread that labels the steps, so an engine sync is never moved
+    into a helper thread's phase."""
+    labelled = np.unique(tid[u_phase[codes] >= 0])
+    if len(labelled) < 2:                      # one thread labels phases: all is its
+        return np.full(len(tid), labelled[0] if len(labelled) else 0, dtype=np.int64)
+    steps_by = tid[u_step[codes]]
+    step_thread = (np.bincount(np.searchsorted(labelled, steps_by[np.isin(steps_by, labelled)]),
+                               minlength=len(labelled)).argmax() if len(steps_by) else 0)
+    held = np.zeros((len(labelled), len(tid)), dtype=bool)   # inside a phase range of g
+    for g, thread in enumerate(labelled):
+        m = (tid == thread) & (u_phase[codes] >= 0)
+        order = np.lexsort((t1[m], t0[m]))
+        starts, ends = _merged(t0[m][order], t1[m][order])
+        _, held[g] = _containing(starts, ends, t0, t1)
+    alone = held & (held.sum(axis=0) == 1)
+    out = tid.copy()
+    for thread in np.unique(tid):
+        if thread in labelled:
+            continue
+        mine = tid == thread
+        votes = alone[:, mine].sum(axis=1)
+        top = np.flatnonzero(votes == votes.max())
+        out[mine] = labelled[top[0] if len(top) == 1 else step_thread]
+    return out
+
+
 def count_per_step(events, step_label: str, phase_labels: dict[str, str],
                    device: str = "cpu") -> list[dict]:
     """One dict per step window, in time order: syncs per phase, listed sync ops, ops, allocs,
     and events per phase (anything seen in it: ops, runtime calls, allocations).
 
-    An event counts for the step window holding it and for the innermost phase range
-    holding it (the latest-starting one; the ranges of one label merged first). Allocations
-    are the allocator's own records (`[memory]` with positive bytes), so an allocation
-    counts whichever op (or none) made it.
+    An event counts for the step window holding it (by time, whatever its thread) and for
+    the innermost phase range of its own thread holding it (the latest-starting one; the
+    ranges of one label merged first; a thread that labels no phases mapped as
+    `_thread_of_each` says). Events without a thread id (4-tuples) are one thread's: the
+    rule by time alone. Allocations are the allocator's own records (`[memory]` with
+    positive bytes), so an allocation counts whichever op (or none) made it.
 
     Arrays, not a loop over events: a profiled pass of 8 GSM8K prompts on CPU records
     ~400k events, and a Python loop over them took ~2 s of a ~10 s pass."""
@@ -143,13 +190,19 @@ def count_per_step(events, step_label: str, phase_labels: dict[str, str],
     names = list(map(itemgetter(0), events))
     t0, t1, nbytes = (np.fromiter(map(itemgetter(c), events), np.int64, len(events))
                       for c in (1, 2, 3))
+    threaded = bool(events) and len(events[0]) > 4
+    tid = (np.fromiter(map(itemgetter(4), events), np.int64, len(events)) if threaded
+           else np.zeros(len(events), dtype=np.int64))
     # what each distinct name is: tens to hundreds of names for ~400k events
     codes, uniques = pd.factorize(pd.Series(names, dtype=object))
     code_of = {u: c for c, u in enumerate(uniques)}
 
-    def windows(label: str) -> tuple[np.ndarray, np.ndarray]:
-        """The label's ranges, sorted by start (then end)."""
+    def windows(label: str, of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The label's ranges (those of the `of` events only, if given), sorted by start
+        (then end)."""
         m = codes == code_of.get(label, -1)
+        if of is not None:
+            m &= of
         order = np.lexsort((t1[m], t0[m]))
         return t0[m][order], t1[m][order]
 
@@ -158,22 +211,27 @@ def count_per_step(events, step_label: str, phase_labels: dict[str, str],
     label_phase = {phase_labels[p]: k for k, p in enumerate(phases)}
     u_label = np.array([u == step_label or u in label_phase for u in uniques], dtype=bool)
     u_phase = np.array([label_phase.get(u, -1) for u in uniques], dtype=np.int64)
+    u_step = np.array([u == step_label for u in uniques], dtype=bool)
     u_aten = np.array([u.startswith("aten::") for u in uniques], dtype=bool)
     u_sync = np.array([is_sync(u, device) for u in uniques], dtype=bool)
     u_alloc = np.array([u == "[memory]" for u in uniques], dtype=bool)
     u_listed = np.array([listed.index(u) if u in listed else -1 for u in uniques],
                         dtype=np.int64)
     step, in_step = _containing(s_start, s_end, t0, t1)
-    # the innermost phase: phases in order, a later start wins (a tie: the earlier phase)
+    thread = _thread_of_each(tid, codes, u_phase, u_step, t0, t1)
+    # the innermost phase of the event's thread: phases in order, a later start wins (a
+    # tie: the earlier phase)
     phase = np.full(len(t0), -1, dtype=np.int64)
     best = np.full(len(t0), -1, dtype=np.int64)
-    for k, p in enumerate(phases):
-        ps, pe = _merged(*windows(phase_labels[p]))
-        if not len(ps):
-            continue
-        j, inside = _containing(ps, pe, t0, t1)
-        later = inside & (ps[j] > best)
-        phase[later], best[later] = k, ps[j][later]
+    for g in np.unique(tid[u_phase[codes] >= 0]):
+        own, of_g = thread == g, tid == g
+        for k, p in enumerate(phases):
+            ps, pe = _merged(*windows(phase_labels[p], of_g))
+            if not len(ps):
+                continue
+            j, inside = _containing(ps, pe, t0, t1)
+            later = own & inside & (ps[j] > best)
+            phase[later], best[later] = k, ps[j][later]
 
     def per_step(mask: np.ndarray, index: np.ndarray | None = None, size: int = 1,
                  weights: np.ndarray | None = None) -> np.ndarray:

@@ -31,7 +31,7 @@ from .compile_cache import cache_dirs, counting_writes, describe, file_counts, n
 from .engine_plan import PlannedEngine, StartGroup
 from .progress import Progress
 from .targets.base import Unsupported, get_target
-from .worker import EngineTimeout, HostPool
+from .worker import EngineTimeout, HostPool, shutdown_all
 
 BankKey = tuple[str, Any]          # (side, the target's engine key)
 
@@ -290,11 +290,7 @@ class EngineBank:
         r = self.resident.pop(key, None)
         if r is None:
             return
-        try:
-            if r.session is not None:
-                r.session.close()
-        except Exception:                  # noqa: BLE001 - a broken engine is retired
-            pass
+        self.discard_session(r)
         if retire and r.host is not None:
             self.pool.retire(r.host)
 
@@ -309,8 +305,31 @@ class EngineBank:
             self.pool.retire(key)
 
     def close_all(self) -> None:
+        """Close every resident engine together: each engine process is asked to close
+        before any answer is read, then those that host one session a process end
+        together (worker.shutdown_all). One after another, a vLLM run's 12 engines took the
+        sum of their closes."""
+        closing = []
         for key in list(self.resident):
-            self.discard(key)
+            r = self.resident.pop(key)
+            begin = getattr(r.session, "begin_close", None)
+            if begin is None:                  # an engine in this process
+                self.discard_session(r)
+            elif begin():
+                closing.append(r.session)
+        ending = []
+        for session in closing:
+            if session.finish_close():
+                ending.append(session.host)
+        shutdown_all(ending)
+
+    @staticmethod
+    def discard_session(r: Resident) -> None:
+        try:
+            if r.session is not None:
+                r.session.close()
+        except Exception:                  # noqa: BLE001 - a broken engine is retired
+            pass
 
     def kill_all(self) -> None:
         """After an interrupt: end every engine process at once (a host may be mid-call,

@@ -194,13 +194,18 @@ def execute(plan: RunPlan, bank: EngineBank, prog: Progress,
     return ex
 
 
-def release_engines(bank: EngineBank, own_bank: bool, executed: Executed) -> EnginesUsed:
+def release_engines(bank: EngineBank, own_bank: bool, executed: Executed,
+                    prog: Progress | None = None) -> EnginesUsed:
     """End the run's use of `bank`, keeping what the record needs of its engines. A
     campaign's next run reuses the engines it leaves resident where they were started
     together, each in its own process; one at a time, an engine process hosts one session
-    after another and grows with each (bank.end_run). A bank the run made is shut down."""
+    after another and grows with each (bank.end_run). A bank the run made is shut down.
+    The time the closes took goes to the progress log (a vLLM engine takes seconds)."""
     if own_bank or executed.interrupted or bank.settings.starts_at_once <= 1:
+        n, t0 = len(bank.resident), time.monotonic()
         bank.close_all()
+        if n and prog is not None:
+            prog.line(f"closed {n} engine{'s' * (n > 1)} in {time.monotonic() - t0:.1f} s")
     bank.end_run()
     logs = {f"engine-logs/{f.name}": f.read_text(errors="replace")
             for f in sorted(bank.used_logs) if f.is_file()}
@@ -343,5 +348,5 @@ def run_suite(suite: Suite, base: SideSpec, cand: SideSpec,
     # From here the run is written whole: a signal is recorded (interrupts.caught), and
     # the command ends with 130 once the results are committed, saying they are complete.
     with interrupts.held():
-        summary, path = recorder.record(executed, release_engines(bank, own_bank, executed))
+        summary, path = recorder.record(executed, release_engines(bank, own_bank, executed, prog))
         return summary, summary.exit_code, path

@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import time
 import traceback
 import weakref
 from multiprocessing import spawn
@@ -261,12 +262,22 @@ class EngineHost:
 
     def shutdown(self) -> None:
         """End the process: EOF on its pipe ends its loop; kill it if it does not."""
-        if not self.conn.closed:
-            self.conn.close()
-        self.proc.join(CLOSE_TIMEOUT_S)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(10)
+        shutdown_all([self])
+
+
+def shutdown_all(hosts: list[EngineHost]) -> None:
+    """End several engine processes together: EOF to each first, then wait for each (a
+    vLLM engine process takes seconds to exit; one after another, a run's dozen added up
+    to its sum); kill one that has not ended `CLOSE_TIMEOUT_S` after the EOF."""
+    for h in hosts:
+        if not h.conn.closed:
+            h.conn.close()
+    deadline = time.monotonic() + CLOSE_TIMEOUT_S
+    for h in hosts:
+        h.proc.join(max(0.0, deadline - time.monotonic()))
+        if h.proc.is_alive():
+            h.proc.kill()
+            h.proc.join(10)
 
 
 class RemoteSession:
@@ -326,15 +337,32 @@ class RemoteSession:
         return self._call("profiled_run", prompts, batch, device)
 
     def close(self) -> None:
-        if not self.host.usable():
-            return
-        try:
-            self.host.call("close")
-        except (EngineCrashed, EngineTimeout, RemoteError):
-            self.host.kill()                 # a host that cannot close cleanly is retired
-            return
-        if not self.reusable:                # its process ends after one session
+        if self.begin_close() and self.finish_close():
             self.host.shutdown()
+
+    def begin_close(self) -> bool:
+        """Ask the engine to close without waiting (engines closing together): whether an
+        answer is to come (`finish_close`)."""
+        if not self.host.usable():
+            return False
+        try:
+            self.host.send("close")
+        except EngineCrashed:
+            self.host.kill()
+            return False
+        return True
+
+    def finish_close(self) -> bool:
+        """Read the answer to `begin_close`: whether the host's process is to end now (its
+        target hosts one session a process). A host that cannot close cleanly is retired."""
+        try:
+            if not self.host.conn.poll(self.host.timeout_s):
+                self.host.timed_out("close")
+            self.host.receive("close")
+        except (EngineCrashed, EngineTimeout, RemoteError):
+            self.host.kill()
+            return False
+        return not self.reusable
 
 
 class PendingOpen:
@@ -405,8 +433,7 @@ class HostPool:
             host.shutdown()
 
     def shutdown(self) -> None:
-        for h in self.hosts.values():
-            h.shutdown()
+        shutdown_all(list(self.hosts.values()))
         self.hosts = {}
 
     def kill_all(self) -> None:

@@ -117,3 +117,122 @@ def test_no_events_no_steps_and_no_phase_ranges():
     [row] = count_per_step([(phases.STEP_LABEL, 0, 10, 0), ("aten::mm", 2, 3, 0)],
                            phases.STEP_LABEL, phases.PHASE_LABELS)
     assert row["ops"] == 1 and all(row[f"events_{p}"] == 0 for p in phases.PHASE_LABELS)
+
+
+# --- threads: an event counts only for phase ranges of its own thread -----------------
+
+def _by_thread_reference(events, device):
+    """The rule for threads that all label phases: each thread's events against its own
+    ranges (the steps cut by time, whoever labels them), the rows summed over threads."""
+    steps = [e[:4] for e in events if e[0] == phases.STEP_LABEL]
+    total = None
+    for g in sorted({e[4] for e in events}):
+        mine = [e[:4] for e in events if e[4] == g and e[0] != phases.STEP_LABEL]
+        rows = _reference(steps + mine, phases.STEP_LABEL, phases.PHASE_LABELS, device)
+        total = rows if total is None else [
+            {k: (a[k] if k == "step" else a[k] + b[k]) for k in a} for a, b in zip(total, rows)]
+    return total
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_two_labelled_threads_each_count_against_their_own_ranges(device):
+    rng = np.random.default_rng(11)
+    labels = set(phases.PHASE_LABELS.values())
+    checked = 0
+    for _ in range(300):
+        events = [e + (int(rng.integers(1, 3)),) for e in _trace(rng)]
+        if {e[4] for e in events if e[0] in labels} != {1, 2}:
+            continue                                  # both threads must label a phase
+        checked += 1
+        got = count_per_step(events, phases.STEP_LABEL, phases.PHASE_LABELS, device)
+        assert got == _by_thread_reference(events, device)
+    assert checked > 100
+
+
+def test_one_thread_id_is_the_rule_by_time_alone():
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        events = _trace(rng)
+        assert (count_per_step([e + (3,) for e in events], phases.STEP_LABEL,
+                               phases.PHASE_LABELS, "cuda")
+                == count_per_step(events, phases.STEP_LABEL, phases.PHASE_LABELS, "cuda"))
+
+
+L = phases.PHASE_LABELS
+ENGINE, HELPER, ENGINE_OS, HELPER_OS = 1, 2, 9001, 9002   # torch's ids, then CUPTI's
+
+
+def _async_output_trace(steps=10, overlap=(3, 7), engine_sync_in_prepare=False):
+    """vLLM's async scheduling: the engine thread labels the steps and the hot phases and
+    launches kernels (runtime calls under its OS id); the output thread labels `output` and
+    waits there for the copy's event (under its own OS id). In the `overlap` steps the
+    wait runs while the engine samples the next step, inside its `sample` range."""
+    ev = []
+    for i in range(steps):
+        s = i * 1000
+        ev += [(phases.STEP_LABEL, s, s + 900, 0, ENGINE),
+               (L["prepare"], s + 10, s + 200, 0, ENGINE),
+               ("cudaLaunchKernel", s + 50, s + 52, 0, ENGINE_OS),
+               ("aten::add", s + 60, s + 70, 0, ENGINE),
+               (L["forward"], s + 210, s + 500, 0, ENGINE),
+               ("cudaLaunchKernel", s + 300, s + 302, 0, ENGINE_OS),
+               (L["sample"], s + 510, s + 700, 0, ENGINE),
+               ("cudaLaunchKernel", s + 520, s + 522, 0, ENGINE_OS),
+               (L["postprocess"], s + 710, s + 800, 0, ENGINE)]
+        if engine_sync_in_prepare:                  # PR 40654 put back: the step's own sync
+            ev.append(("cudaStreamSynchronize", s + 100, s + 110, 0, ENGINE_OS))
+        w = s + 505 if i in overlap else s + 820    # the wait: across sample's start, or after
+        ev += [(L["output"], w, w + 60, 0, HELPER),
+               ("aten::copy_", w + 5, w + 8, 0, HELPER),
+               ("cudaEventSynchronize", w + 10, w + 50, 0, HELPER_OS)]
+    return ev
+
+
+def test_the_output_threads_wait_stays_in_output_when_the_engine_samples_meanwhile():
+    rows = count_per_step(_async_output_trace(), phases.STEP_LABEL, L, "cuda")
+    assert [r["syncs_output"] for r in rows] == [1] * 10
+    assert [r["syncs_sample"] for r in rows] == [0] * 10
+    assert all(r["syncs_hot"] == 0 for r in rows)
+    assert [r["ops_output"] for r in rows] == [1] * 10          # the helper's own CPU op
+    assert [r["ops_prepare"] for r in rows] == [1] * 10
+    assert [r["events_sample"] for r in rows] == [1] * 10       # its kernel launch only
+    # by time alone (no thread ids), the overlapping steps gave the wait to sample
+    by_time = count_per_step([e[:4] for e in _async_output_trace()], phases.STEP_LABEL, L,
+                             "cuda")
+    assert [r["syncs_sample"] for r in by_time] == [0, 0, 0, 1, 0, 0, 0, 1, 0, 0]
+
+
+def test_the_same_without_cupti_ids():
+    """A profiler that records runtime calls under the torch thread id: no map needed."""
+    os_to_torch = {ENGINE_OS: ENGINE, HELPER_OS: HELPER}
+    ev = [e[:4] + (os_to_torch.get(e[4], e[4]),) for e in _async_output_trace()]
+    rows = count_per_step(ev, phases.STEP_LABEL, L, "cuda")
+    assert [(r["syncs_output"], r["syncs_sample"]) for r in rows] == [(1, 0)] * 10
+
+
+def test_an_engine_sync_still_counts_in_its_phase():
+    """The 40654 re-injection: the engine thread's own sync in prepare, every step."""
+    rows = count_per_step(_async_output_trace(engine_sync_in_prepare=True),
+                          phases.STEP_LABEL, L, "cuda")
+    assert [r["syncs_prepare"] for r in rows] == [1] * 10
+    assert [r["syncs_hot"] for r in rows] == [1] * 10
+    assert [r["syncs_output"] for r in rows] == [1] * 10
+
+
+def test_a_helpers_long_wait_does_not_take_the_engines_runtime_calls():
+    """A helper (lower torch id than the engine) whose output range spans the whole step:
+    every engine runtime call is held by both threads' ranges, so none places the engine's
+    OS thread, and the tie goes to the thread that labels the steps."""
+    engine, helper = 5, 1
+    ev = []
+    for i in range(4):
+        s = i * 1000
+        ev += [(phases.STEP_LABEL, s, s + 900, 0, engine),
+               (L["output"], s, s + 890, 0, helper),
+               (L["prepare"], s + 10, s + 200, 0, engine),
+               ("cudaStreamSynchronize", s + 100, s + 110, 0, ENGINE_OS),
+               (L["sample"], s + 510, s + 700, 0, engine),
+               ("cudaLaunchKernel", s + 520, s + 522, 0, ENGINE_OS)]
+    rows = count_per_step(ev, phases.STEP_LABEL, L, "cuda")
+    assert [(r["syncs_prepare"], r["syncs_output"]) for r in rows] == [(1, 0)] * 4
+    assert [r["events_sample"] for r in rows] == [1] * 4
