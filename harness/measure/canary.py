@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
-import os
-import signal
 import time
 from dataclasses import dataclass
 
@@ -45,42 +43,11 @@ import numpy as np
 from mrbench.contract import BadInput
 
 from .affinity import current_affinity, parse_cpu_list
+from .canary_loop import canary_main
 
 RING = 1 << 20                  # chunk stamps kept: minutes at ~10 k chunks a second
-CHUNK_S = 100e-6                # one chunk's work on an undisturbed machine
 SLOW = 3.0                      # a chunk this many times its median: the machine was slowed
 MIN_LOST_MS = 1.0               # less lost time is a tick's jitter, on the canary's CPU alone
-
-
-def _spin(n: int) -> None:
-    x = 0
-    for i in range(n):
-        x += i
-
-
-def _canary_main(cpu: int, ring, count) -> None:
-    """The canary's process: calibrate one chunk of pure-Python work to CHUNK_S, then run
-    chunks forever, stamping each end into the shared ring. It ignores SIGINT: a Ctrl-C
-    or `timeout -s INT` reaches the whole process group, and the parent, which owns the
-    canary, ends it (close, or as a daemon at exit); otherwise the canary printed a
-    KeyboardInterrupt traceback into the run's log under "mrbench: interrupted"."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.sched_setaffinity(0, {cpu})
-    n = 1000
-    while True:                                  # calibrate: ~CHUNK_S a chunk
-        t = time.perf_counter()
-        _spin(n)
-        dt = time.perf_counter() - t
-        if dt > CHUNK_S / 2:
-            n = max(1, int(n * CHUNK_S / dt))
-            break
-        n *= 2
-    i = 0
-    while True:
-        _spin(n)
-        ring[i % RING] = time.perf_counter()
-        i += 1
-        count.value = i
 
 
 @dataclass(frozen=True)
@@ -101,7 +68,7 @@ class Canary:
         self.cpu = cpu
         self._ring = ctx.RawArray("d", RING)
         self._count = ctx.RawValue("q", 0)
-        self._proc = ctx.Process(target=_canary_main, name="mrbench-canary", daemon=True,
+        self._proc = ctx.Process(target=canary_main, name="mrbench-canary", daemon=True,
                                  args=(cpu, self._ring, self._count))
         self._proc.start()
         self._median = self._settle()

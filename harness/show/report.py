@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing as mp
 import os
 import re
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -382,10 +385,42 @@ def _plots(w: str, ctx: dict) -> tuple[list[dict], list[str]]:
     return plots, skipped
 
 
+MAX_PLOT_WORKERS = 16
+_PLOT_CTX: dict | None = None      # what forked plot workers read (set only while they run)
+
+
+def _plots_in_worker(w: str) -> tuple[list[dict], list[str]]:
+    return _plots(w, _PLOT_CTX)
+
+
+def _all_plots(names: list[str], ctx: dict) -> dict[str, tuple[list[dict], list[str]]]:
+    """Every workload's plots, drawn by several processes where it can.
+
+    Why: matplotlib draws one figure at a time, 0.1-0.2 s each on a 2-core CPU, and a
+    suite's ~40 figures took seconds after every run's verdict (on a GPU host, 15 s of
+    `quick`'s time to its report; a `faults` matrix renders one report a run). Forked
+    workers inherit `ctx` (the run's tables) without pickling it. Without fork, with one
+    CPU, one workload, or a pool that broke, they are drawn here one after another."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = min(len(names), cpus or 1, MAX_PLOT_WORKERS)
+    if n > 1 and "fork" in mp.get_all_start_methods():
+        global _PLOT_CTX
+        _PLOT_CTX = ctx
+        try:
+            with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
+                return dict(zip(names, pool.map(_plots_in_worker, names)))
+        except (BrokenProcessPool, OSError) as e:
+            log.warning("report: plot workers failed (%r); drawing here", e)
+        finally:
+            _PLOT_CTX = None
+    return {w: _plots(w, ctx) for w in names}
+
+
 def _workload(w: str, pairs: list[tuple[Check, str]], sparks: dict[str, Markup],
-              ctx: dict, logs: list[dict]) -> dict:
+              drawn: tuple[list[dict], list[str]], ctx: dict, logs: list[dict]) -> dict:
     """One workload's folded section: its checks, each distinct method once (M1, M2, ...)
-    rather than on every row, its plots and its engines' logs."""
+    rather than on every row, its plots (`drawn`: plots and those skipped, with why) and
+    its engines' logs."""
     methods: dict[str, str] = {}
     rows = []
     for c, a in pairs:
@@ -393,7 +428,7 @@ def _workload(w: str, pairs: list[tuple[Check, str]], sparks: dict[str, Markup],
         if c.method and c.method != "-":
             ref = methods.setdefault(c.method, f"M{len(methods) + 1}")
         rows.append(_check_row(c, a, ref, sparks.get(f"{c.workload}\0{c.metric}")))
-    plots, skipped = _plots(w, ctx)
+    plots, skipped = drawn
     return dict(name=w, anchor=f"wl-{_slug(w)}", checks=rows, tally=_tally(
         r["status"] for r in rows), methods=[(ref, text) for text, ref in methods.items()],
         plots=plots, skipped=skipped, counts=_request_counts(ctx["requests"], w),
@@ -425,8 +460,9 @@ def _build_context(run_dir: Path, out: Path, history_db: Path | None, history_la
         run_dir, summary, manifest, history_db, history_last)
     logs = _engine_logs(run_dir, out.parent)
     names = _ordered_workloads(checks, (requests, itl, steps))
+    drawn = _all_plots(names, ctx)
     workloads = [_workload(w, [(c, a) for c, a in zip(checks, anchors) if c.workload == w],
-                           sparks, ctx, logs) for w in names]
+                           sparks, drawn[w], ctx, logs) for w in names]
     attention = [dict(status=check_status(c), workload=c.workload, metric=c.metric,
                       anchor=a, evidence=_evidence(c), note=c.note,
                       spark=sparks.get(f"{c.workload}\0{c.metric}"))

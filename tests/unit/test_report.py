@@ -282,3 +282,22 @@ def test_long_step_series_is_binned(tmp_path):
     pngs = assert_self_contained(html, s)
     assert len(pngs) == 1  # the per-step duration plot only
     assert_png_readable(pngs[0])
+
+
+def test_plots_drawn_by_several_processes_are_the_ones_drawn_here(tmp_path, monkeypatch):
+    """The workloads' plots are drawn in forked workers where there are CPUs for them; the
+    page must be the same byte for byte as one drawn in this process alone."""
+    import mrbench.harness.show.report as report
+
+    run = make_run_dir(tmp_path / "run")
+    monkeypatch.setattr(report.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3},
+                        raising=False)
+    calls = []
+    real_pool = report.ProcessPoolExecutor
+    monkeypatch.setattr(report, "ProcessPoolExecutor",
+                        lambda *a, **k: calls.append(a) or real_pool(*a, **k))
+    parallel = render_report(run, tmp_path / "parallel.html").read_text()
+    assert calls and calls[0][0] >= 2          # more than one workload, more than one worker
+    monkeypatch.setattr(report, "MAX_PLOT_WORKERS", 1)
+    serial = render_report(run, tmp_path / "serial.html").read_text()
+    assert len(calls) == 1 and parallel == serial
