@@ -6,7 +6,8 @@ from the runner's own profiler scopes, a runner that emits none (vLLM's Model Ru
 no `gpu_model_runner: ...` scope anywhere) would show zero syncs by construction, and a
 hidden sync would pass. So the harness wraps methods every runner of a family has, with one
 `record_function` range per call, and the counters attribute each event to the innermost
-range that holds it (the forward runs inside `execute_model`, so its ops are the forward's).
+range of its own thread that holds it (the forward runs inside `execute_model`, so its ops
+are the forward's; harness/measure/profiler.py says why the thread).
 
 The phases (the same names for every runner):
 - prepare: the step's state updates and input preparation (what runs in `execute_model`
