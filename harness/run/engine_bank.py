@@ -301,8 +301,7 @@ class EngineBank:
         two CPU engine processes past 12 GB each and the OOM killer took one. Resident
         engines stay for the next run."""
         held = {r.host for r in self.resident.values()}
-        for key in [k for k in self.pool.hosts if k not in held]:
-            self.pool.retire(key)
+        self.pool.retire(*[k for k in self.pool.hosts if k not in held])
 
     def close_all(self) -> None:
         """Close every resident engine together: each engine process is asked to close

@@ -425,12 +425,10 @@ class HostPool:
                                             False):
             host.shutdown()
 
-    def retire(self, key: str) -> None:
-        """End `key`'s engine process (its session closed first): the next `open` of that
-        side starts a new process."""
-        host = self.hosts.pop(key, None)
-        if host is not None:
-            host.shutdown()
+    def retire(self, *keys: str) -> None:
+        """End these keys' engine processes together (their sessions closed first): the
+        next `open` of each side starts a new process."""
+        shutdown_all([h for h in (self.hosts.pop(k, None) for k in keys) if h is not None])
 
     def shutdown(self) -> None:
         shutdown_all(list(self.hosts.values()))
