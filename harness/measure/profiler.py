@@ -16,13 +16,14 @@ device:
   its stand-in: `aten::_local_scalar_dense` (`aten::item` only wraps it: listed, not added
   twice) and `aten::nonzero` (output shape needs the host).
 
-Phases are the harness's own ranges (harness/measure/phases.py); an event counts for the innermost
-phase range of its own thread that holds it. By thread, not by time alone: with async
-scheduling vLLM waits for step N's output copy on its `WorkerAsyncOutput` thread while the
-engine thread samples step N+1, and by time alone that wait would count as a sync in the
-sample phase (seen on a 1B model: 21 of 321 steps). `ran_<phase>` counts the phase's ranges in the step and
-`events_<phase>` everything seen inside them, so a phase that never ran (labels that did not
-attach) is told apart from one that ran without a sync, or without any torch op.
+Phases are the harness's own ranges (harness/measure/phases.py); an event counts for the
+innermost phase range of its own thread that holds it. By thread, not by time alone: with
+async scheduling vLLM waits for step N's output copy on its `WorkerAsyncOutput` thread
+while the engine thread samples step N+1, and by time alone that wait would count as a sync
+in the sample phase (seen on a 1B model: 21 of 321 steps). `ran_<phase>` counts the phase's
+ranges in the step and `events_<phase>` everything seen inside them, so a phase that never
+ran (labels that did not attach) is told apart from one that ran without a sync, or without
+any torch op.
 Op counts (every `aten::` event) and allocations (the allocator's records with positive
 bytes, and their bytes) are deterministic for a fixed batch sequence, so a small change shows without noise.
 """

@@ -208,6 +208,10 @@ class EngineHost:
 
     def call(self, name: str, *args: Any) -> Any:
         self.send(name, *args)
+        return self.answer(name)
+
+    def answer(self, name: str) -> Any:
+        """The answer to `name`, sent before, within the call deadline (EngineTimeout)."""
         if not self.conn.poll(self.timeout_s):
             self.timed_out(name)
         return self.receive(name)
@@ -356,9 +360,7 @@ class RemoteSession:
         """Read the answer to `begin_close`: whether the host's process is to end now (its
         target hosts one session a process). A host that cannot close cleanly is retired."""
         try:
-            if not self.host.conn.poll(self.host.timeout_s):
-                self.host.timed_out("close")
-            self.host.receive("close")
+            self.host.answer("close")
         except (EngineCrashed, EngineTimeout, RemoteError):
             self.host.kill()
             return False
