@@ -111,11 +111,11 @@ def profiled_run(session: Session, prompts: list, batch: Batch, device: str
     session is remote (mrbench.harness.run.worker), since the profiler sees only its own process."""
     session.reset_steps()
     session.auditing = True      # state audits read the device: only in this pass
-    # tensor parallel: the runners are in the ranks' workers, each profiles its own part
-    # and counts it there (targets/vllm_ranks.py); a row per rank and step, with its rank
+    # runners in vLLM's workers (tensor parallel, a process per runner): each rank profiles
+    # its own part and counts it there (targets/vllm_ranks.py); rows per engine and rank
     ranks = getattr(session, "ranks", None)
     try:
-        # at TP the engine's process holds no runner: profile the ranks only
+        # then the engine's process holds no runner: profile the ranks only
         with (nullcontext() if ranks is not None else profiled(device)) as prof, \
                 (ranks.profiling(device, session.phase_labels) if ranks is not None
                  else nullcontext()) as per_rank:
@@ -123,14 +123,20 @@ def profiled_run(session: Session, prompts: list, batch: Batch, device: str
     finally:
         session.auditing = False
     steps = step_rows(session.steps())
-    per_source = (per_rank.rows if per_rank is not None else
-                  [count_per_step(prof.events, session.step_label, session.phase_labels,
-                                  device)])
-    for rows in per_source:
-        for row, st in zip(rows, steps):                          # both in time order
-            row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
-    counts = per_rank.table() if per_rank is not None else per_source[0]
+    if per_rank is None:
+        counts = count_per_step(prof.events, session.step_label, session.phase_labels, device)
+        _label_steps(counts, steps)
+    else:
+        for instance, _, rows in per_rank.sources:   # a rank counts its own engine's steps
+            _label_steps(rows, [st for st in steps if st["instance"] == instance])
+        counts = per_rank.table()
     return counts, [asdict(a) for a in session.audits()]
+
+
+def _label_steps(rows: list[dict], steps: list[dict]) -> None:
+    """Give each counted step the session's account of it (both in time order)."""
+    for row, st in zip(rows, steps):
+        row.update(instance=st["instance"], kind=st["kind"], num_reqs=st["num_reqs"])
 
 
 def _profiled_pass(session: Session, res: SideResult, batch: Batch, device: str) -> None:

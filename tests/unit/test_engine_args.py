@@ -20,6 +20,7 @@ from mrbench.harness.run.targets.vllm_args import (
     engine_key,
     installed_version,
     llm_kwargs,
+    runners_in_workers,
     unsupported_reason,
 )
 
@@ -258,6 +259,32 @@ def test_tensor_parallel_runs_and_other_ranks_are_unsupported_here_before_any_st
     cli = SideSpec("v2", device="cuda", target="vllm",
                    engine_args=FrozenArgs(pipeline_parallel_size=2))
     assert "pipeline_parallel_size=2" in unsupported_reason(cli, EngineOptions())
+
+
+def test_a_pd_pair_with_drafts_gives_each_runner_its_own_process():
+    """vLLM's V1 EAGLE drafter fails when a PD pair's two engines share one process (a
+    CUDA-graph switch in a process global), so a PD pair with speculative decoding runs each
+    runner in a worker of vLLM's multiprocessing executor, on both sides alike; the user's
+    own distributed_executor_backend wins, and executors the harness cannot read into are
+    refused before an engine starts."""
+    side = SideSpec("v1", device="cuda", target="vllm")
+    pd_spec = EngineOptions(pd_disagg=True, num_speculative_tokens=2,
+                            speculative_method="eagle", draft_model="/head")
+    assert runners_in_workers(side, pd_spec)
+    assert llm_kwargs(side, pd_spec, "/m", 512)["distributed_executor_backend"] == "mp"
+    for plain in (EngineOptions(pd_disagg=True),
+                  EngineOptions(num_speculative_tokens=2, speculative_method="eagle",
+                                draft_model="/head")):
+        assert not runners_in_workers(side, plain)
+        assert "distributed_executor_backend" not in llm_kwargs(side, plain, "/m", 512)
+    uni = replace(pd_spec, engine_args=FrozenArgs(distributed_executor_backend="uni"))
+    assert not runners_in_workers(side, uni)
+    assert llm_kwargs(side, uni, "/m", 512)["distributed_executor_backend"] == "uni"
+    mp = EngineOptions(pd_disagg=True, engine_args=FrozenArgs(distributed_executor_backend="mp"))
+    assert runners_in_workers(side, mp) and unsupported_reason(side, mp) is None
+    assert "dispatch classes" in unsupported_reason(side, mp, frozenset({"dispatch_log"}))
+    ray = EngineOptions(engine_args=FrozenArgs(distributed_executor_backend="ray"))
+    assert "distributed_executor_backend=ray" in unsupported_reason(side, ray)
 
 
 def test_cpu_ranks_get_their_own_cpus():

@@ -4,6 +4,7 @@ Cross-engine parity with the bundled runner on the same weights, a vLLM failure 
 a failure while the other workloads report, V2's GPU-only refusal on CPU, the runner pin and
 its read-back, and PD-disagg as "unsupported here"."""
 import json
+import os
 
 import pytest
 
@@ -351,6 +352,51 @@ def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch
     assert set(cand["instance"].dropna()) == {"prefill", "decode"}
     assert cand["ran_kv_transfer"].sum() > 0           # the connector's own phase
     assert not list(kv_root.iterdir())                 # each pair removed its KV files
+
+
+@needs_vllm
+def test_a_pd_pair_with_a_process_per_runner_measures_what_the_one_process_pair_does(
+        tmp_path, capsys, monkeypatch):
+    """A PD pair whose runners run in vLLM's multiprocessing workers (the candidate here;
+    what a pair with speculative decoding gets, vllm_args.runners_in_workers) against the
+    pair that shares one process, both V1 on CPU: each runner is in a process of its own,
+    the tokens are the same, the per-step counts are those of the one-process pair (the
+    runner's phases counted in its worker, step by step), and the connector's time is taken
+    where it ran, in the worker."""
+    suite = tmp_path / "pd.yaml"
+    suite.write_text(PD_SUITE.split("  - id: trace-pd")[0])
+    kv_root = tmp_path / "kv"
+    kv_root.mkdir()
+    monkeypatch.setenv("MRBENCH_KV_DIR", str(kv_root))
+    out = tmp_path / "run"
+    code = main(["run", str(suite), "--target", "vllm", "--candidate", "v1",
+                 "--baseline", "v1", "--engine-arg", "candidate:distributed_executor_backend=mp",
+                 "--out", str(out)])
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["verdict"] == "pass", summary["failures"]
+    judged = {c["metric"]: c for c in summary["checks"] if c["workload"] == "gsm8k-pd"}
+    assert judged["token_agreement"]["candidate"] == 1.0
+    assert judged["syncs_per_step"]["candidate"] == judged["syncs_per_step"]["baseline"] > 0
+    ops = judged["ops_vs_baseline"]
+    assert ops["verdict"] == "pass" and abs(ops["candidate"] / ops["baseline"] - 1) < 0.02
+    m = json.loads((out / "manifest.json").read_text())["resolved"]["gsm8k-pd"]
+    procs = m["candidate"]["runner_processes"]
+    pids = {n: [r["pid"] for r in p["ranks"]] for n, p in procs.items()}
+    assert set(pids) == {"prefill", "decode"} and all(len(v) == 1 for v in pids.values())
+    assert len({v[0] for v in pids.values()} | {os.getpid()}) == 3
+    assert m["baseline"]["runner_processes"] is None
+    assert not m["candidate"]["pd"]["instances"]["decode"]["phase_probe"]["missing"]
+    import pandas as pd
+    prof = pd.read_csv(out / "profile.csv")
+    assert "rank" not in prof.columns                  # one rank each: no rank to judge
+    steps = prof.groupby(["side", "instance"]).size().to_dict()
+    assert steps[("candidate", "prefill")] == steps[("baseline", "prefill")] > 0
+    assert steps[("candidate", "decode")] == steps[("baseline", "decode")] > 0
+    assert prof[prof.side == "candidate"]["ran_kv_transfer"].sum() > 0
+    req = pd.read_csv(out / "requests.csv")
+    assert (req[req.side == "candidate"]["kv_handoff_ms"] > 0).mean() > 0.5
+    assert summary["metrics"]["gsm8k-pd"]["candidate"]["pd_kv_loaded_tokens"] > 0
 
 
 def test_an_engine_stuck_in_one_step_is_named_and_ended():

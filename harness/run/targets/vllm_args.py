@@ -139,6 +139,8 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
         else:
             kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
                                             model=options.draft_model or model)
+    if options.pd_disagg and k:
+        kw["distributed_executor_backend"] = "mp"     # runners_in_workers says why
     user = engine_args_of(side, options)
     check_owned(user)
     kw.update(user)
@@ -230,16 +232,38 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
         return (f"{said}: the harness measures tensor-parallel ranks in their workers "
                 "(vllm_ranks.py); pipeline and data parallel ranks are not measured "
                 "(unsupported here)")
-    if tensor_parallel(side, options) > 1:
-        if options.pd_disagg:
-            return ("a PD pair with tensor_parallel_size > 1: the pair's two engines share "
-                    "one process here, and their ranks' workers are not joined by a "
-                    "connector across processes yet (unsupported here)")
-        if "dispatch_log" in needs:
-            return ("warmup coverage reads the CUDA-graph dispatch classes in the engine's "
-                    "process; with tensor_parallel_size > 1 the runners are in the ranks' "
-                    "workers, where it is not read yet (unsupported here)")
+    backend = args.get("distributed_executor_backend")
+    if backend not in (None, "uni", "mp"):
+        return (f"distributed_executor_backend={backend}: the harness measures the runner in "
+                "the engine's process (uni) or in vLLM's own multiprocessing workers (mp, "
+                "vllm_ranks.py), not elsewhere (unsupported here)")
+    if tensor_parallel(side, options) > 1 and options.pd_disagg:
+        return ("a PD pair with tensor_parallel_size > 1: vLLM's example connector names "
+                "its KV files by layer, not by rank, so the ranks would write over each "
+                "other's KV (unsupported here)")
+    if runners_in_workers(side, options) and "dispatch_log" in needs:
+        return ("warmup coverage reads the CUDA-graph dispatch classes in the engine's "
+                "process; with tensor_parallel_size > 1 or distributed_executor_backend=mp "
+                "the runners are in vLLM's workers, where it is not read yet (unsupported "
+                "here)")
     return None
+
+
+def runners_in_workers(side: SideSpec, options: EngineOptions) -> bool:
+    """Whether vLLM runs this side's model runners in worker processes of their own (its
+    multiprocessing executor, `distributed_executor_backend="mp"`), where the harness
+    measures each runner in its worker (vllm_ranks.py): with tensor_parallel_size > 1, where
+    the user asks for it, and for a PD pair with speculative decoding unless the user says
+    otherwise. The pair's two engines share the side's process, and vLLM keeps some runner
+    state in process globals: V1's EAGLE drafter then meets a CUDA-graph shape it did not
+    capture ("CUDA graph capturing detected at an inappropriate time", vLLM 0.26 on a GPU),
+    so each runner gets its own process. Both sides of a comparison get the same shape, so
+    V2 and V1 run their pairs alike; `distributed_executor_backend=uni` keeps the runners
+    in the side's process."""
+    backend = engine_args_of(side, options).get("distributed_executor_backend")
+    if backend is None and options.pd_disagg and options.num_speculative_tokens:
+        backend = "mp"
+    return tensor_parallel(side, options) > 1 or backend == "mp"
 
 
 def tensor_parallel(side: SideSpec, options: EngineOptions) -> int:

@@ -2,10 +2,11 @@
 
 A session of the vllm target holds one of these (colocated) or two (a PD pair: the
 "prefill" and the "decode" instance). Each is a `vllm.LLM` whose engine core runs in this
-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so its scheduler, model runner and KV
-connector are plain objects here: the engine records each step's `SchedulerOutput`
-(request and token counts, dispatch class) and, for the state audit, reads V2's host mirror
-and its device truth.
+process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so its scheduler and scheduler-side KV
+connector are plain objects here, and so is its model runner unless vLLM's multiprocessing
+executor holds it in a worker (tensor parallel, a PD pair with drafts: vllm_ranks.py measures
+it there). The engine records each step's `SchedulerOutput` (request and token counts,
+dispatch class) and, for the state audit, reads V2's host mirror and its device truth.
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The model runner of every tensor-parallel rank, measured in its own worker process.
+"""The model runner of every rank, measured in its own worker process.
 
 With `tensor_parallel_size` > 1, vLLM runs one model runner per rank, each in a worker
 process of its own (its multiprocessing executor), so the engine's process holds no runner
-to label, profile or audit. A per-step sync or an extra op that only one rank's runner
+to label, profile or audit. The same holds for one rank under
+`distributed_executor_backend=mp`, which a PD pair uses to give each engine's runner its own
+process. A per-step sync or an extra op that only one rank's runner
 makes (a rank-dependent branch, a collective that waits) would go unseen if only the engine
 process were measured. So the harness sends its measurement to the ranks through vLLM's own
 RPC to its workers (`LLM.collective_rpc`, which runs a function with the worker as its first
@@ -131,51 +133,87 @@ def backends_on_rank(worker: Any) -> list[str]:
     return names
 
 
+def transfer_on_rank(worker: Any) -> float:
+    """Host seconds the rank's worker-side KV connector spent since the last take (a PD
+    pair's engine; the connector's calls run where the runner runs)."""
+    from . import vllm_kv_connector  # lazy: imports vLLM, and only a PD engine loads it
+    return vllm_kv_connector.take_transfer_s()
+
+
 @dataclass
 class RankProfile:
-    """The profiled pass of every rank: per rank, its per-step counts."""
+    """The profiled pass of every rank of every engine: per (engine instance, rank), the
+    per-step counts that rank made."""
 
-    rows: list[list[dict]] = field(default_factory=list)
+    sources: list[tuple[str, int, list[dict]]] = field(default_factory=list)
+    ranked: bool = False                 # some engine has more than one rank
 
     def table(self) -> list[dict]:
-        """One profile table: each rank's rows, marked with their rank."""
-        return [dict(row, rank=rank) for rank, rows in enumerate(self.rows) for row in rows]
+        """One profile table: every source's rows, marked with their rank where an engine
+        runs more than one (a rank column on a one-rank engine would make its counts
+        incomparable with a side whose runner ran in its engine's process)."""
+        return [dict(row, rank=rank) if self.ranked else dict(row)
+                for _, rank, rows in self.sources for row in rows]
 
 
 class Ranks:
-    """The engine process's handle on its ranks (an `LLM` with tensor_parallel_size > 1)."""
+    """The engine process's handle on the ranks of its engines (each an `LLM` whose runners
+    run in vLLM's multiprocessing workers), keyed by engine instance."""
 
-    def __init__(self, llm: Any, runner: str, faults: tuple[str, ...]) -> None:
-        self.llm = llm
-        self.info: list[dict[str, Any]] = llm.collective_rpc(install_on_rank,
-                                                             args=(runner, faults))
+    def __init__(self, llms: dict[str, Any], runner: str, faults: tuple[str, ...]) -> None:
+        self.llms = llms
+        self.info: dict[str, list[dict[str, Any]]] = {
+            name: llm.collective_rpc(install_on_rank, args=(runner, faults))
+            for name, llm in llms.items()}
 
-    def __len__(self) -> int:
-        return len(self.info)
+    @property
+    def ranked(self) -> bool:
+        return any(len(i) > 1 for i in self.info.values())
+
+    def size(self, instance: str) -> int:
+        return len(self.info[instance])
+
+    def _name(self, instance: str, rank: int) -> str:
+        return f"{instance}/rank{rank}" if self.ranked else instance
 
     @contextmanager
     def profiling(self, device: str, phase_labels: dict[str, str]) -> Iterator[RankProfile]:
         """Every rank profiles what runs inside the block; the counts come back on exit."""
-        out = RankProfile()
-        self.llm.collective_rpc(start_on_rank, args=(device,))
+        out = RankProfile(ranked=self.ranked)
+        for llm in self.llms.values():
+            llm.collective_rpc(start_on_rank, args=(device,))
         try:
             yield out
         finally:
-            out.rows = self.llm.collective_rpc(stop_on_rank, args=(device, phase_labels))
+            for name, llm in self.llms.items():
+                rows = llm.collective_rpc(stop_on_rank, args=(device, phase_labels))
+                out.sources += [(name, rank, r) for rank, r in enumerate(rows)]
 
-    def audit(self) -> list[tuple[int, int] | None]:
-        return self.llm.collective_rpc(audit_on_rank)
+    def audit(self, instance: str) -> list[tuple[str, int, int]]:
+        """(rank's name, max, min) of mirror - truth on each rank of the engine that holds
+        requests (harness.run.targets.vllm_engine.VllmEngine.audit says what is read)."""
+        got = self.llms[instance].collective_rpc(audit_on_rank)
+        return [(self._name(instance, r), hi, lo) for r, g in enumerate(got)
+                if g is not None for hi, lo in [g]]
 
-    def attention_backends(self) -> list[str]:
-        return self.llm.collective_rpc(backends_on_rank)[0]
+    def transfer_s(self, instance: str) -> float:
+        """The engine's connector time since the last take, its slowest rank's."""
+        return max(self.llms[instance].collective_rpc(transfer_on_rank), default=0.0)
 
-    def phase_probe(self) -> dict[str, Any]:
+    def attention_backends(self, instance: str) -> list[str]:
+        return self.llms[instance].collective_rpc(backends_on_rank)[0]
+
+    def phase_probe(self, instance: str) -> dict[str, Any]:
         """What the phases attached to, as one runner's probe says it: a path counts as
         missing when it did not attach on some rank."""
-        attached = {ph: paths for ph, paths in self.info[0]["attached"].items()}
-        missing = sorted({m for i in self.info for m in i["missing"]})
+        info = self.info[instance]
+        attached = {ph: paths for ph, paths in info[0]["attached"].items()}
+        missing = sorted({m for i in info for m in i["missing"]})
         return dict(attached=attached, missing=missing)
 
-    def resolved(self) -> dict[str, Any]:
+    def runner_class(self, instance: str) -> str:
+        return self.info[instance][0]["runner_class"]
+
+    def resolved(self, instance: str) -> dict[str, Any]:
         """For the manifest: each rank's process, runner and what its phases attached to."""
-        return dict(size=len(self.info), ranks=[dict(i) for i in self.info])
+        return dict(size=len(self.info[instance]), ranks=[dict(i) for i in self.info[instance]])

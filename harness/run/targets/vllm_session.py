@@ -43,6 +43,7 @@ from .vllm_args import (
     pd_block_size,
     pd_engine_kwargs,
     planned_kv_cache_bytes,
+    runners_in_workers,
     start_error,
     tensor_parallel,
     unsupported_reason,
@@ -83,7 +84,11 @@ class VllmSession:
     computes the prompt's tail and decodes. The user's first token is the decode engine's,
     so TTFT = prefill (queue + compute + save) + hand-off (load) + the decode engine's first
     step; the request row has the prefill part and the connector time (`prefill_ms`,
-    `kv_handoff_ms`), and its ITL is the decode engine's alone."""
+    `kv_handoff_ms`), and its ITL is the decode engine's alone.
+
+    Where vLLM runs the runners in its workers (`vllm_args.runners_in_workers`: tensor
+    parallel, a PD pair with drafts), `ranks` measures each engine's runner there; the
+    engine cores stay here, stepped by this session."""
 
     step_label = phases.STEP_LABEL
 
@@ -112,8 +117,9 @@ class VllmSession:
         self.ruler = vllm_ruler.StepRuler(self.ruler_pct) if self.ruler_pct else None
         if self.ruler is not None:
             self.faults_applied.append(self.ruler.record())
-        # CPU vLLM: no graph classes; tensor parallel: the runners are in the ranks' workers
-        self.reads_dispatch = side.device.startswith("cuda") and self.tp == 1
+        # CPU vLLM: no graph classes; runners in vLLM's workers: not read there yet
+        self.in_workers = runners_in_workers(side, options)
+        self.reads_dispatch = side.device.startswith("cuda") and not self.in_workers
         if self.reads_dispatch:
             vllm_dispatch.install()      # before the engine exists: its warmup is recorded
         kw = llm_kwargs(side, options, model, max_model_len)
@@ -146,10 +152,12 @@ class VllmSession:
                     f" but its {e.instance} engine built {e.runner_class()} ({got})")
             if self.reads_dispatch:
                 vllm_dispatch.serving(e.runner())
-        # tensor parallel: each rank's runner is labelled, profiled and audited in its own
-        # worker (vllm_ranks); otherwise the one runner here
-        self.ranks = (vllm_ranks.Ranks(next(iter(self.engines.values())).llm, side.runner,
-                                       tuple(historic)) if self.tp > 1 else None)
+        # runners in vLLM's workers (tensor parallel, or a process per runner): each rank's
+        # runner is labelled, profiled and audited in its own worker (vllm_ranks);
+        # otherwise each engine's one runner here
+        self.ranks = (vllm_ranks.Ranks({n: e.llm for n, e in self.engines.items()},
+                                       side.runner, tuple(historic))
+                      if self.in_workers else None)
         self.probes = ({} if self.ranks else
                        {name: phases.install(e.runner(), phases.VLLM_V2 if e.uses_v2()
                                              else phases.VLLM_V1)
@@ -275,7 +283,8 @@ class VllmSession:
         clock = thread_clock().since(clock0)
         self._sync_steps += 1
         if self.pd:
-            self._attribute_transfer(e, vllm_kv_connector().take_transfer_s())
+            self._attribute_transfer(e, self.ranks.transfer_s(e.instance) if self.ranks
+                                     else vllm_kv_connector().take_transfer_s())
         if ran:
             self._steps.append(Step(e.instance, len(self._steps), t0, t1,
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
@@ -296,14 +305,13 @@ class VllmSession:
 
     def _audit(self, e: VllmEngine, step_index: int) -> list[AuditSample]:
         """The state audit after a step: the engine's runner here, or every rank's in its
-        worker (an instance per rank: "colocated/rank1")."""
+        worker (an instance per rank where an engine has several: "colocated/rank1")."""
         slack = self.options.num_speculative_tokens
         if self.ranks is None:
             a = e.audit(step_index, slack)
             return [] if a is None else [a]
-        return [AuditSample(f"{e.instance}/rank{r}", step_index, hi, lo, slack)
-                for r, got in enumerate(self.ranks.audit()) if got is not None
-                for hi, lo in [got]]
+        return [AuditSample(name, step_index, hi, lo, slack)
+                for name, hi, lo in self.ranks.audit(e.instance)]
 
     def _hand_off(self, o: Any, t_done: float) -> None:
         """The prefill engine finished a request: its KV is in the connector's store; the
@@ -434,21 +442,25 @@ class VllmSession:
         cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
         user_args = engine_args_of(self.side, self.options)
         out = dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
-                   else "v1", runner_class=(self.ranks.info[0]["runner_class"] if self.ranks
-                                            else back.runner_class()),
+                   else "v1", runner_class=(self.ranks.runner_class(back.instance)
+                                            if self.ranks else back.runner_class()),
                    sync_free=self.side.runner == "v2",
                    sampler=SAMPLERS["v2" if cfg.use_v2_model_runner else "v1"],
                    engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
                    vllm_version=getattr(vllm, "__version__", installed_version()),
                    vllm_commit=vllm_commit(), vllm_dir=str(Path(vllm.__file__).parent),
                    build=self.side.build,
-                   attention_backend=", ".join(self.ranks.attention_backends() if self.ranks
-                                               else back.attention_backends()) or "unknown",
+                   attention_backend=", ".join(
+                       self.ranks.attention_backends(back.instance) if self.ranks
+                       else back.attention_backends()) or "unknown",
                    cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
                    kv_cache=back.kv_cache(),
-                   phase_probe=(self.ranks.phase_probe() if self.ranks
-                                else self.probes[back.instance].as_dict()),
-                   tensor_parallel=self.ranks.resolved() if self.ranks else None,
+                   phase_probe=self._probe(back.instance),
+                   tensor_parallel=(self.ranks.resolved(back.instance)
+                                    if self.ranks and self.tp > 1 else None),
+                   # each engine's runner processes, where vLLM's workers hold them
+                   runner_processes=({n: self.ranks.resolved(n) for n in self.engines}
+                                     if self.ranks else None),
                    sync_check=dict(mode=self.sync_check, armed=self._sync_check_armed(),
                                    sites=dict(self._sync_sites.most_common(8)))
                    if self.sync_check else None,
@@ -480,7 +492,8 @@ class VllmSession:
                 connector=f"{PD_CONNECTOR} (a measuring subclass of vLLM's ExampleConnector, "
                           f"harness/run/targets/vllm_kv_connector.py)",
                 kv_store="files under a per-session temporary directory",
-                instances={n: dict(role=r, runner_class=e.runner_class(),
+                instances={n: dict(role=r, runner_class=(self.ranks.runner_class(n)
+                                                         if self.ranks else e.runner_class()),
                                    startup_s=round(e.startup_s, 3), kv_cache=e.kv_cache(),
                                    # read back: the prefill engine never chunks a prompt
                                    # (vllm_args.pd_engine_kwargs), so its budget differs
@@ -488,15 +501,21 @@ class VllmSession:
                                                         .enable_chunked_prefill),
                                    max_num_batched_tokens=e.engine.vllm_config
                                    .scheduler_config.max_num_batched_tokens,
-                                   phase_probe=self.probes[n].as_dict())
+                                   phase_probe=self._probe(n))
                            for (n, e), r in zip(self.engines.items(),
                                                 ("kv_producer", "kv_consumer"))})
         return out
 
+    def _probe(self, instance: str) -> dict[str, Any]:
+        """What one engine's phase labels attached to (in its workers, or here)."""
+        return (self.ranks.phase_probe(instance) if self.ranks
+                else self.probes[instance].as_dict())
+
     def close(self) -> None:
-        if self.ranks is not None:       # end the ranks' worker processes and their shared
-            with contextlib.suppress(Exception):        # memory now, not at the GC's leisure
-                next(iter(self.engines.values())).engine.engine_core.shutdown()
+        if self.ranks is not None:       # end the workers' processes and their shared
+            for e in self.engines.values():             # memory now, not at the GC's leisure
+                with contextlib.suppress(Exception):
+                    e.engine.engine_core.shutdown()
             self.ranks = None
         for e in self.engines.values():
             e.close()
