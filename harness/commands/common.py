@@ -24,6 +24,7 @@ from ..record.suite import Suite, load_suite, shipped_suites, single_workload_su
 from ..run import builds, engine_args
 from ..run.orchestrate import Isolation, Overrides
 from ..run.targets.base import TARGETS, SideSpec
+from ..run.targets.vllm_args import PD_GPUS_ENV, parse_pd_gpus
 from ..show.formatting import fmt_num, fmt_p
 
 
@@ -57,6 +58,11 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
     p.add_argument("--vllm-sync-check", choices=["warn", "error"],
                    help="vllm target: also run vLLM's own VLLM_GPU_SYNC_CHECK after warmup and "
                         "count its warnings (CUDA only; vLLM does not arm it on CPU)")
+    p.add_argument("--pd-gpus", metavar="P,D",
+                   help="vllm target on CUDA: a PD pair's prefill runner on GPU P and its "
+                        "decode runner on GPU D (e.g. 0,1), each in a worker process of its "
+                        "own; their KV moves through the pair's connector. Default: both on "
+                        "the side's GPU")
     p.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
                    help="share of the GPU all engines resident at once may take together "
                         "(each gets F / engines; default 0.85). vllm target only")
@@ -127,6 +133,11 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
         pin_cpus(a.pin_cpus)
     if a.vllm_sync_check:             # read by the vllm target in each engine process
         os.environ["MRBENCH_VLLM_SYNC_CHECK"] = a.vllm_sync_check
+    if getattr(a, "pd_gpus", None):   # the same: where a PD pair's runners go
+        parse_pd_gpus(a.pd_gpus)
+        os.environ[PD_GPUS_ENV] = a.pd_gpus
+    else:                             # not left over from an earlier main() in this process
+        os.environ.pop(PD_GPUS_ENV, None)
     if a.timeout is not None and not a.timeout > 0:
         raise BadInput(f"--timeout must be > 0 seconds, got {a.timeout}")
     gmu = a.gpu_memory_utilization

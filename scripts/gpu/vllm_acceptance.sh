@@ -24,6 +24,9 @@
 #   tp     (two GPUs) `run smoke --engine-arg tensor_parallel_size=2`, clean: must pass with
 #          counts on both ranks; then with `--fault seq-lens-sync` (PR 40654 in every rank):
 #          must fail syncs_per_step[rank0] and syncs_per_step[rank1]
+#   pd2    (two GPUs) `run pd --pd-gpus 0,1` and `run pd-eagle --pd-gpus 0,1`: each PD pair's
+#          prefill runner on GPU 0 and its decode runner on GPU 1, each in its own worker
+#          process, KV through the pair's connector; clean: must pass
 #   scale  `mrbench model make --preset llama-1b` (random weights, on the GPU), then `run
 #          scale --model` on it at TP 1 (and TP 2 with `tp`): GSM8K waves, chunked prefill,
 #          seeded sampling, counts on every rank; step and engine-start times beside the
@@ -76,6 +79,10 @@ fi
 if [[ $steps == *,tp,* ]]; then
   run tp2-clean smoke --engine-arg tensor_parallel_size=2
   run tp2-fault smoke --engine-arg tensor_parallel_size=2 --fault seq-lens-sync
+fi
+if [[ $steps == *,pd2,* ]]; then
+  run pd2-clean pd --pd-gpus 0,1
+  run pd2-eagle pd-eagle --pd-gpus 0,1
 fi
 if [[ $steps == *,scale,* ]]; then
   m1b=${MODEL_1B:-/tmp/mrbench-llama-1b}

@@ -19,7 +19,10 @@ from mrbench.harness.run.targets.vllm_args import (
     cpu_thread_binding,
     engine_key,
     installed_version,
+    PD_GPUS_ENV,
     llm_kwargs,
+    parse_pd_gpus,
+    pd_instance_gpu,
     runners_in_workers,
     unsupported_reason,
 )
@@ -285,6 +288,40 @@ def test_a_pd_pair_with_drafts_gives_each_runner_its_own_process():
     assert "dispatch classes" in unsupported_reason(side, mp, frozenset({"dispatch_log"}))
     ray = EngineOptions(engine_args=FrozenArgs(distributed_executor_backend="ray"))
     assert "distributed_executor_backend=ray" in unsupported_reason(side, ray)
+
+
+def test_a_pd_pair_on_two_gpus_puts_each_runner_in_its_own_worker(monkeypatch):
+    """`--pd-gpus P,D`: the pair's runners in workers of their own (where a GPU of its own
+    can be given), each engine with the side's whole share of its own GPU, the placement
+    part of the engine's identity; a worker's GPU is the physical one behind the index."""
+    side = SideSpec("v2", device="cuda", target="vllm")
+    pd = EngineOptions(pd_disagg=True, gpu_memory_share=0.4)
+    key_here = engine_key(side, pd, "/m", 512)
+    assert llm_kwargs(side, pd, "/m", 512)["gpu_memory_utilization"] == 0.2
+    monkeypatch.setenv(PD_GPUS_ENV, "0,1")
+    kw = llm_kwargs(side, pd, "/m", 512)
+    assert kw["distributed_executor_backend"] == "mp" and kw["gpu_memory_utilization"] == 0.4
+    assert runners_in_workers(side, pd) and engine_key(side, pd, "/m", 512) != key_here
+    assert not runners_in_workers(side, EngineOptions())            # colocated: as it was
+    assert parse_pd_gpus("0,1") == (0, 1) and parse_pd_gpus(" 3, 2") == (3, 2)
+    assert pd_instance_gpu(1, "4,6") == "6" and pd_instance_gpu(1, None) == "1"
+    for bad in ("0", "0,0", "a,1", "0,1,2", "-1,0"):
+        with pytest.raises(BadInput, match="two different GPU indices"):
+            parse_pd_gpus(bad)
+    with pytest.raises(BadInput, match="shows 1 GPU"):
+        parse_pd_gpus("0,1", device_count=1)
+
+
+def test_bad_pd_gpus_are_one_line_and_nothing_is_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(PD_GPUS_ENV, "")        # the command sets it: restored after the test
+    line = _one_error(capsys, ["run", "pd", "--target", "vllm", "--pd-gpus", "1,1",
+                               "--out", str(tmp_path / "o")])
+    assert "two different GPU indices" in line and not (tmp_path / "o").exists()
+    if installed_version() is not None:
+        line = _one_error(capsys, ["run", "pd", "--target", "vllm", "--candidate", "v1",
+                                   "--baseline", "v1", "--pd-gpus", "0,1",
+                                   "--out", str(tmp_path / "o")])
+        assert "needs --device cuda" in line and not (tmp_path / "o").exists()
 
 
 def test_cpu_ranks_get_their_own_cpus():

@@ -41,8 +41,11 @@ RUNS = {
     "pd-clean": ["pd", "--vllm-sync-check", "warn"],
     "tp2-clean": ["smoke", "--engine-arg", "tensor_parallel_size=2"],
     "tp2-fault": ["smoke", "--engine-arg", "tensor_parallel_size=2", "--fault", "seq-lens-sync"],
+    "pd-eagle": ["pd-eagle"],
+    "pd2-clean": ["pd", "--pd-gpus", "0,1"],
+    "pd2-eagle": ["pd-eagle", "--pd-gpus", "0,1"],
 }
-TWO_GPUS = ("tp2-clean", "tp2-fault")
+TWO_GPUS = ("tp2-clean", "tp2-fault", "pd2-clean", "pd2-eagle")
 
 
 class Run:
@@ -80,7 +83,7 @@ def runs(tmp_path_factory):
 
                 import torch
                 if name in TWO_GPUS and torch.cuda.device_count() < 2:
-                    pytest.skip(f"{name} needs two GPUs (tensor_parallel_size=2)")
+                    pytest.skip(f"{name} needs two GPUs")
                 out = tmp_path_factory.mktemp("vllm-gpu") / name
                 buf = io.StringIO()
                 with contextlib.redirect_stderr(buf):
@@ -332,3 +335,55 @@ def test_the_40654_reinjection_is_caught_on_every_tensor_parallel_rank(runs):
         assert (mine["syncs_prepare"] >= 1).mean() > 0.8
         assert mine["syncs_prepare"].sum() == mine["syncs_hot"].sum()
     assert r.check("gsm8k", "token_agreement")["verdict"] == "pass"
+
+
+def _runner_processes(r: Run, workload: str, side: str) -> dict[str, dict]:
+    """Each engine's one worker of a PD pair whose runners run in workers."""
+    procs = r.resolved(workload, side)["runner_processes"]
+    assert set(procs) == {"prefill", "decode"} and all(p["size"] == 1 for p in procs.values())
+    return {n: p["ranks"][0] for n, p in procs.items()}
+
+
+def test_v1_with_eagle_runs_as_a_pd_pair_with_a_process_per_runner(runs):
+    """`pd-eagle`: a PD pair with EAGLE k = 2 runs each engine's runner in a worker of its
+    own on both sides; V1's pair, which failed with both runners in one process, runs, and
+    both runners draft and accept alike on the same tokens."""
+    r = runs("pd-eagle")
+    assert r.summary["verdict"] == "pass", (r.summary["failures"],
+                                            [c for c in r.summary["checks"]
+                                             if c["verdict"] not in ("pass", "info")])
+    wl = "gsm8k-pd-eagle"
+    for side in ("candidate", "baseline"):
+        workers = _runner_processes(r, wl, side)
+        assert len({w["pid"] for w in workers.values()}) == 2
+        for w in workers.values():
+            assert not w["missing"] and set(w["attached"]) >= set(HOT_PHASES), w
+    al = r.check(wl, "mean_acceptance_length")
+    assert al["baseline"] > 1 and al["candidate"] > 1
+    assert r.check(wl, "token_agreement")["candidate"] == 1.0
+    assert r.check(wl, "syncs_per_step")["candidate"] == 0
+    prof = r.profile()
+    assert set(prof[prof.side == "baseline"]["instance"]) == {"prefill", "decode"}
+
+
+@pytest.mark.parametrize("name, workloads", [("pd2-clean", ("gsm8k-pd", "trace-pd")),
+                                             ("pd2-eagle", ("gsm8k-pd-eagle",))])
+def test_a_pd_pair_across_two_gpus_moves_kv_between_them(runs, name, workloads):
+    """`--pd-gpus 0,1`: every pair's prefill runner works on GPU 0 and its decode runner on
+    GPU 1 (read back in each worker), the decode engine loads the prompts' KV the prefill
+    engine stored, each request's hand-off is timed, and V2 against V1 passes clean."""
+    r = runs(name)
+    assert r.summary["verdict"] == "pass", (r.summary["failures"],
+                                            [c for c in r.summary["checks"]
+                                             if c["verdict"] not in ("pass", "info")])
+    for wl in workloads:
+        for side in ("candidate", "baseline"):
+            workers = _runner_processes(r, wl, side)
+            assert [workers[n]["cuda_visible_devices"] for n in ("prefill", "decode")] \
+                == ["0", "1"], workers
+            assert r.resolved(wl, side)["pd"]["gpus"] == [0, 1]
+            m = r.summary["metrics"][wl][side]
+            assert m["pd_requests"] > 0 and m["pd_kv_loaded_tokens"] > 0, m
+        assert r.check(wl, "token_agreement")["candidate"] == 1.0
+    req = pd.read_csv(r.path / "requests.csv")
+    assert (req["kv_handoff_ms"] > 0).mean() > 0.5

@@ -73,9 +73,11 @@ from .base import Footprint, SideSpec, engine_args_of, register
 from .vllm_args import (
     ENGINE_HOST_BYTES,
     ENGINE_OVERHEAD_BYTES,
+    PD_GPUS_ENV,
     engine_key,
     installed_version,
     min_kv_bytes,
+    parse_pd_gpus,
     sync_check_mode,
     unsupported_reason,
     weight_bytes,
@@ -121,6 +123,12 @@ class VllmTarget:
         if side.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise BadInput(f"device {side.device!r} requested but CUDA is not available here")
+        placed = os.environ.get(PD_GPUS_ENV)
+        if placed:
+            if side.device != "cuda":
+                raise BadInput(f"--pd-gpus places a PD pair's runners on GPUs of this "
+                               f"machine: it needs --device cuda (got {side.device!r})")
+            parse_pd_gpus(placed, torch.cuda.device_count())
         self._model_dir(side)
 
     @staticmethod

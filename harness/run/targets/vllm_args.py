@@ -105,8 +105,8 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
     if dtype == "auto" and side.device == "cpu":
         dtype = "float32"                  # what the bundled runner uses on CPU: parity
     share = options.gpu_memory_share or DEFAULT_GPU_SHARE
-    if options.pd_disagg:
-        share /= PD_ENGINES                    # both engines of the pair are resident
+    if options.pd_disagg and not pd_gpus():
+        share /= PD_ENGINES              # both engines of the pair are resident on one GPU
     kw: dict[str, Any] = dict(model=model, tokenizer=model, dtype=dtype, seed=side.seed,
                               max_model_len=max_model_len,
                               max_num_seqs=options.max_num_seqs,
@@ -139,7 +139,7 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
         else:
             kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
                                             model=options.draft_model or model)
-    if options.pd_disagg and k:
+    if options.pd_disagg and (k or pd_gpus()):
         kw["distributed_executor_backend"] = "mp"     # runners_in_workers says why
     user = engine_args_of(side, options)
     check_owned(user)
@@ -259,11 +259,45 @@ def runners_in_workers(side: SideSpec, options: EngineOptions) -> bool:
     capture ("CUDA graph capturing detected at an inappropriate time", vLLM 0.26 on a GPU),
     so each runner gets its own process. Both sides of a comparison get the same shape, so
     V2 and V1 run their pairs alike; `distributed_executor_backend=uni` keeps the runners
-    in the side's process."""
+    in the side's process. A PD pair placed on two GPUs (`--pd-gpus`) always runs its
+    runners in workers: a worker is where a GPU of its own can be given."""
     backend = engine_args_of(side, options).get("distributed_executor_backend")
-    if backend is None and options.pd_disagg and options.num_speculative_tokens:
+    if backend is None and options.pd_disagg and (options.num_speculative_tokens
+                                                  or pd_gpus()):
         backend = "mp"
     return tensor_parallel(side, options) > 1 or backend == "mp"
+
+
+PD_GPUS_ENV = "MRBENCH_PD_GPUS"
+
+
+def pd_gpus() -> tuple[int, int] | None:
+    """`--pd-gpus P,D` (exported as MRBENCH_PD_GPUS, which the engine processes inherit):
+    the GPUs, as the harness's process sees them, of a PD pair's prefill and decode
+    runners; None: both on the side's GPU. `parse_pd_gpus` has checked it."""
+    raw = os.environ.get(PD_GPUS_ENV)
+    return parse_pd_gpus(raw) if raw else None
+
+
+def parse_pd_gpus(raw: str, device_count: int | None = None) -> tuple[int, int]:
+    """P,D: two different GPU indices (below `device_count` where it is given); BadInput
+    (one line) otherwise."""
+    parts = [x.strip() for x in raw.split(",")]
+    if len(parts) != 2 or not all(x.isdigit() for x in parts) or parts[0] == parts[1]:
+        raise BadInput(f"--pd-gpus takes two different GPU indices, PREFILL,DECODE (e.g. "
+                       f"0,1); got {raw!r}")
+    got = (int(parts[0]), int(parts[1]))
+    if device_count is not None and max(got) >= device_count:
+        raise BadInput(f"--pd-gpus {raw}: this machine shows {device_count} GPU"
+                       f"{'s' if device_count != 1 else ''} (indices 0-{device_count - 1})")
+    return got
+
+
+def pd_instance_gpu(index: int, visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for a PD runner's worker on GPU `index` as the harness's process
+    sees them: the physical GPU behind it where this process's own view is narrowed."""
+    ids = [x.strip() for x in visible.split(",")] if visible else []
+    return ids[index] if index < len(ids) else str(index)
 
 
 def tensor_parallel(side: SideSpec, options: EngineOptions) -> int:
@@ -302,7 +336,7 @@ def start_error(e: BaseException, side: SideSpec, options: EngineOptions,
     which = f"{side.target}:{side.runner}" + (f" {instance}" if instance else "")
     if _MEMORY.search(text):
         share = (options.gpu_memory_share or DEFAULT_GPU_SHARE) / \
-            (PD_ENGINES if options.pd_disagg else 1)
+            (PD_ENGINES if options.pd_disagg and not pd_gpus() else 1)
         return RuntimeError(
             f"{which} engine could not start: not enough GPU memory for "
             f"its share ({share:.3g} of the GPU; every resident engine gets "
@@ -359,7 +393,8 @@ def engine_key(side: SideSpec, options: EngineOptions, model: str,
     kw = llm_kwargs(side, options, model, max_model_len or 0)
     return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode(),
                                                  tensor_parallel(side, options)),
-                           faults=list(side.faults), pd=options.pd_disagg),
+                           faults=list(side.faults), pd=options.pd_disagg,
+                           pd_gpus=pd_gpus() if options.pd_disagg else None),
                       sort_keys=True, default=str)
 
 

@@ -42,14 +42,19 @@ class _RankState:
     prof: Any = None                     # the started profiler of the profiled pass
     step: Any = None                     # the open step range (record_function), or None
     steps: int = 0                       # steps cut since the pass began
+    scheduled: list[bool] = field(default_factory=list)   # per step cut: it had tokens
 
 
-def _open_step(state: _RankState) -> None:
+def _open_step(state: _RankState, scheduler_output: Any) -> None:
     import torch
     _close_step(state)                   # a step that never reached sample_tokens
     state.step = torch.profiler.record_function(phases.STEP_LABEL)
     state.step.__enter__()
     state.steps += 1
+    # vLLM calls execute_model also when nothing is scheduled (a KV connector's step
+    # without a forward, an idle engine); the session counts only steps with tokens
+    n = getattr(scheduler_output, "total_num_scheduled_tokens", None)
+    state.scheduled.append(n is None or n > 0)
 
 
 def _close_step(state: _RankState) -> None:
@@ -65,7 +70,7 @@ def _cut_steps(w: Any, state: _RankState) -> None:
     run, sample = w.execute_model, getattr(w, "sample_tokens", None)
 
     def execute_model(*a: Any, **kw: Any) -> Any:
-        _open_step(state)
+        _open_step(state, a[0] if a else kw.get("scheduler_output"))
         return run(*a, **kw)
     w.execute_model = execute_model
     if sample is not None:
@@ -89,6 +94,9 @@ def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...]) -> dict[s
     _cut_steps(w, state)
     r = w.model_runner
     return dict(rank=int(getattr(w, "rank", 0)), pid=os.getpid(),
+                # where the worker runs: its device as it sees it, and the GPUs it was given
+                device=str(getattr(w, "device", "") or "") or None,
+                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                 runner_class=f"{type(r).__module__}.{type(r).__qualname__}",
                 attached=probe.attached, missing=probe.missing,
                 faults_applied=[a["function"] for a in applied])
@@ -97,16 +105,24 @@ def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...]) -> dict[s
 def start_on_rank(worker: Any, device: str) -> None:
     state: _RankState = getattr(_inner(worker), _STATE)
     state.steps = 0
+    state.scheduled = []
     state.prof = start_profile(device)
 
 
 def stop_on_rank(worker: Any, device: str, phase_labels: dict[str, str]) -> list[dict]:
-    """End the rank's profiled pass; its per-step counts (profiler.count_per_step)."""
+    """End the rank's profiled pass; its per-step counts (profiler.count_per_step) of the
+    steps that had tokens to run, the steps the session records."""
     state: _RankState = getattr(_inner(worker), _STATE)
     _close_step(state)
     events = stop_profile(state.prof)
     state.prof = None
-    return count_per_step(events, phases.STEP_LABEL, phase_labels, device)
+    rows = count_per_step(events, phases.STEP_LABEL, phase_labels, device)
+    if len(rows) != len(state.scheduled):       # a step cut outside the profiler's window
+        return rows
+    kept = [row for row, ran in zip(rows, state.scheduled) if ran]
+    for i, row in enumerate(kept):
+        row["step"] = i
+    return kept
 
 
 def audit_on_rank(worker: Any) -> tuple[int, int] | None:

@@ -42,6 +42,8 @@ from .vllm_args import (
     llm_kwargs,
     pd_block_size,
     pd_engine_kwargs,
+    pd_gpus,
+    pd_instance_gpu,
     planned_kv_cache_bytes,
     runners_in_workers,
     start_error,
@@ -135,10 +137,12 @@ class VllmSession:
             roles = (("prefill", "kv_producer"), ("decode", "kv_consumer"))
         else:
             roles = (("colocated", None),)
-        for instance, role in roles:
+        self.gpus = pd_gpus() if self.pd else None
+        for i, (instance, role) in enumerate(roles):
             ekw = pd_engine_kwargs(kw, role, self._kv_dir) if role else kw
             try:
-                self.engines[instance] = VllmEngine(instance, ekw)
+                with self._placed(i):
+                    self.engines[instance] = VllmEngine(instance, ekw)
             except Exception as e:
                 self.close()
                 raise start_error(e, side, options, instance if self.pd else None) from e
@@ -174,6 +178,24 @@ class VllmSession:
         self._watchdog = StepWatchdog()
         self._counters0 = self._counter_totals()
         self._pd_totals: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def _placed(self, instance_index: int):
+        """With `--pd-gpus`, the engine built inside sees only its own GPU: vLLM's
+        multiprocessing executor spawns the runner's worker while the engine is built, and
+        the worker takes its device from the environment it inherits (its local rank 0)."""
+        if self.gpus is None:
+            yield
+            return
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = pd_instance_gpu(self.gpus[instance_index], before)
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
 
     @property
     def _front(self) -> VllmEngine:
@@ -492,6 +514,7 @@ class VllmSession:
                 connector=f"{PD_CONNECTOR} (a measuring subclass of vLLM's ExampleConnector, "
                           f"harness/run/targets/vllm_kv_connector.py)",
                 kv_store="files under a per-session temporary directory",
+                gpus=list(self.gpus) if self.gpus else None,     # --pd-gpus, as asked
                 instances={n: dict(role=r, runner_class=(self.ranks.runner_class(n)
                                                          if self.ranks else e.runner_class()),
                                    startup_s=round(e.startup_s, 3), kv_cache=e.kv_cache(),
