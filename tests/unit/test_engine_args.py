@@ -317,6 +317,8 @@ def test_bad_pd_gpus_are_one_line_and_nothing_is_written(tmp_path, capsys, monke
     line = _one_error(capsys, ["run", "pd", "--target", "vllm", "--pd-gpus", "1,1",
                                "--out", str(tmp_path / "o")])
     assert "two different GPU indices" in line and not (tmp_path / "o").exists()
+    line = _one_error(capsys, ["run", "pd", "--pd-gpus", "0,1", "--out", str(tmp_path / "o")])
+    assert "bundled runner's pair runs in one process" in line
     if installed_version() is not None:
         line = _one_error(capsys, ["run", "pd", "--target", "vllm", "--candidate", "v1",
                                    "--baseline", "v1", "--pd-gpus", "0,1",

@@ -397,6 +397,11 @@ def test_a_pd_pair_with_a_process_per_runner_measures_what_the_one_process_pair_
     req = pd.read_csv(out / "requests.csv")
     assert (req[req.side == "candidate"]["kv_handoff_ms"] > 0).mean() > 0.5
     assert summary["metrics"]["gsm8k-pd"]["candidate"]["pd_kv_loaded_tokens"] > 0
+    # each step timed in its worker, every step matched (not the engine core's hand-over)
+    assert summary["metrics"]["gsm8k-pd"]["candidate"]["worker_untimed_steps"] == 0
+    assert "workers" in m["candidate"]["step_time"]
+    st = pd.read_csv(out / "steps.csv")
+    assert (st[st.side == "candidate"]["duration_ms"] > 0).all()
 
 
 def test_an_engine_stuck_in_one_step_is_named_and_ended():

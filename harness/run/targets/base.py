@@ -30,6 +30,11 @@ class SideSpec:
                                              # top of a suite's (harness.run.engine_args)
 
 
+# `--pd-gpus P,D`, exported for the engine processes: the GPUs of a PD pair's prefill and
+# decode runners (the vllm target places them; harness.run.targets.vllm_args reads it)
+PD_GPUS_ENV = "MRBENCH_PD_GPUS"
+
+
 def engine_args_of(side: SideSpec, options: EngineOptions) -> FrozenArgs:
     """The engine arguments one engine of `side` gets for a shape: the suite's (in
     `options`, an entry's over the suite's) with the command line's (`side`) on top."""

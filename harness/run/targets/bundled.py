@@ -1,6 +1,7 @@
 """The bundled target: runner_impl in this process (V2 MRv2-style, or the V1 reference)."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
@@ -35,7 +36,7 @@ from mrbench.runner_impl.model.random_presets import is_random_weights
 from ...measure import phases
 from ...measure.prefill_chunks import PrefillChunks
 from . import open_loop
-from .base import Footprint, SideSpec, register
+from .base import PD_GPUS_ENV, Footprint, SideSpec, register
 
 RUNNERS = ("v2", "v1")
 # The bundled model's attention (runner_impl/model/llama.py), by the name a suite's
@@ -309,6 +310,9 @@ class BundledTarget:
         if side.build:
             raise BadInput(f"bundled@{side.build}: a build names a vLLM environment; the "
                            "bundled runner is the harness's own code (use vllm@BUILD:RUNNER)")
+        if os.environ.get(PD_GPUS_ENV):
+            raise BadInput("--pd-gpus places a vLLM PD pair's runners on two GPUs; the "
+                           "bundled runner's pair runs in one process on the side's device")
         for f in side.faults:
             try:
                 if slow_step_pct(f) is not None:       # the latency ruler, slow-step:PCT

@@ -26,7 +26,7 @@ from mrbench.runner_impl.default_model import (
     DEFAULT_MODEL_DIR,
 )
 
-from .base import SideSpec, Unsupported, engine_args_of
+from .base import PD_GPUS_ENV, SideSpec, Unsupported, engine_args_of
 from .vllm_engine_args import check_owned
 
 DEFAULT_GPU_SHARE = 0.85
@@ -266,9 +266,6 @@ def runners_in_workers(side: SideSpec, options: EngineOptions) -> bool:
                                                   or pd_gpus()):
         backend = "mp"
     return tensor_parallel(side, options) > 1 or backend == "mp"
-
-
-PD_GPUS_ENV = "MRBENCH_PD_GPUS"
 
 
 def pd_gpus() -> tuple[int, int] | None:

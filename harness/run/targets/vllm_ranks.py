@@ -9,9 +9,10 @@ makes (a rank-dependent branch, a collective that waits) would go unseen if only
 process were measured. So the harness sends its measurement to the ranks through vLLM's own
 RPC to its workers (`LLM.collective_rpc`, which runs a function with the worker as its first
 argument, in every rank): each rank puts the harness's phase ranges on its runner, cuts its
-steps by its own `execute_model` ... `sample_tokens` calls, profiles its part of the
-profiled pass and counts it there (the raw events stay in the worker), and reads V2's host
-mirror against its device truth for the state audit. The checks then judge every rank
+steps by its own `execute_model` ... `sample_tokens` calls and times them (the engine
+process's step call only hands a batch over), profiles its part of the profiled pass and
+counts it there (the raw events stay in the worker), and reads V2's host mirror against its
+device truth for the state audit. The checks then judge every rank
 (`checks/compare.py`), and a rank that measured nothing is "not measured".
 
 The functions below whose first parameter is `worker` run in the rank's process; vLLM
@@ -21,6 +22,7 @@ interpreter and path). `Ranks` is their caller in the engine process.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,24 +45,47 @@ class _RankState:
     step: Any = None                     # the open step range (record_function), or None
     steps: int = 0                       # steps cut since the pass began
     scheduled: list[bool] = field(default_factory=list)   # per step cut: it had tokens
+    # the step's own time on this rank (perf_counter, the host's monotonic clock, which
+    # every process of the machine reads alike): the open step's start, whether it had
+    # tokens, the end of its last call so far; and the (start, end) of each step with
+    # tokens since the session last took them
+    t_open: float = 0.0
+    open_scheduled: bool = False
+    t_last: float = 0.0
+    ruler_ms: float | None = None        # the slow-step ruler's spin in the open step
+    times: list[tuple[float, float, float | None]] = field(default_factory=list)
+    ruler: Any = None                    # vllm_ruler.StepRuler where the side has one
 
 
 def _open_step(state: _RankState, scheduler_output: Any) -> None:
     import torch
     _close_step(state)                   # a step that never reached sample_tokens
+    state.t_open = state.t_last = time.perf_counter()
+    state.ruler_ms = None
     state.step = torch.profiler.record_function(phases.STEP_LABEL)
     state.step.__enter__()
     state.steps += 1
     # vLLM calls execute_model also when nothing is scheduled (a KV connector's step
     # without a forward, an idle engine); the session counts only steps with tokens
     n = getattr(scheduler_output, "total_num_scheduled_tokens", None)
-    state.scheduled.append(n is None or n > 0)
+    state.open_scheduled = n is None or n > 0
+    state.scheduled.append(state.open_scheduled)
 
 
 def _close_step(state: _RankState) -> None:
     if state.step is not None:
         state.step.__exit__(None, None, None)
         state.step = None
+        if state.open_scheduled:
+            state.times.append((state.t_open, state.t_last, state.ruler_ms))
+
+
+def _end_call(state: _RankState, last: bool) -> None:
+    """A call of the open step returned; after its last one (`sample_tokens`) the ruler,
+    where the side has one, spins for its share of a step that had tokens."""
+    if last and state.ruler is not None and state.open_scheduled:
+        state.ruler_ms = state.ruler.spin_after(state.t_open)
+    state.t_last = time.perf_counter()
 
 
 def _cut_steps(w: Any, state: _RankState) -> None:
@@ -71,25 +96,31 @@ def _cut_steps(w: Any, state: _RankState) -> None:
 
     def execute_model(*a: Any, **kw: Any) -> Any:
         _open_step(state, a[0] if a else kw.get("scheduler_output"))
-        return run(*a, **kw)
+        try:
+            return run(*a, **kw)
+        finally:
+            _end_call(state, last=sample is None)
     w.execute_model = execute_model
     if sample is not None:
         def sample_tokens(*a: Any, **kw: Any) -> Any:
             try:
                 return sample(*a, **kw)
             finally:
+                _end_call(state, last=True)
                 _close_step(state)
         w.sample_tokens = sample_tokens
 
 
-def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...]) -> dict[str, Any]:
+def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...],
+                    ruler_pct: float | None = None) -> dict[str, Any]:
     """In the rank: apply the side's vLLM faults where the process did not inherit them (a
-    spawned worker), label the runner's phases, cut steps; what it attached, and where."""
-    from . import vllm_faults
+    spawned worker), label the runner's phases, cut and time steps, and put the slow-step
+    ruler where the step is timed; what it attached, and where."""
+    from . import vllm_faults, vllm_ruler
     w = _inner(worker)
     applied = vllm_faults.apply(faults) if faults else []
     probe = phases.install(w.model_runner, phases.VLLM_V2 if runner == "v2" else phases.VLLM_V1)
-    state = _RankState()
+    state = _RankState(ruler=vllm_ruler.StepRuler(ruler_pct) if ruler_pct else None)
     setattr(w, _STATE, state)
     _cut_steps(w, state)
     r = w.model_runner
@@ -123,6 +154,14 @@ def stop_on_rank(worker: Any, device: str, phase_labels: dict[str, str]) -> list
     for i, row in enumerate(kept):
         row["step"] = i
     return kept
+
+
+def take_times_on_rank(worker: Any) -> list[tuple[float, float, float | None]]:
+    """The (start, end, ruler ms or None) of each step with tokens this rank ran since the
+    last take."""
+    state: _RankState = getattr(_inner(worker), _STATE)
+    out, state.times = state.times, []
+    return out
 
 
 def audit_on_rank(worker: Any) -> tuple[int, int] | None:
@@ -176,10 +215,11 @@ class Ranks:
     """The engine process's handle on the ranks of its engines (each an `LLM` whose runners
     run in vLLM's multiprocessing workers), keyed by engine instance."""
 
-    def __init__(self, llms: dict[str, Any], runner: str, faults: tuple[str, ...]) -> None:
+    def __init__(self, llms: dict[str, Any], runner: str, faults: tuple[str, ...],
+                 ruler_pct: float | None = None) -> None:
         self.llms = llms
         self.info: dict[str, list[dict[str, Any]]] = {
-            name: llm.collective_rpc(install_on_rank, args=(runner, faults))
+            name: llm.collective_rpc(install_on_rank, args=(runner, faults, ruler_pct))
             for name, llm in llms.items()}
 
     @property
@@ -211,6 +251,11 @@ class Ranks:
         got = self.llms[instance].collective_rpc(audit_on_rank)
         return [(self._name(instance, r), hi, lo) for r, g in enumerate(got)
                 if g is not None for hi, lo in [g]]
+
+    def step_times(self, instance: str) -> list[list[tuple[float, float, float | None]]]:
+        """Per rank of the engine, the (start, end, ruler ms) of each step with tokens since
+        the last call: from its `execute_model` to the end of its `sample_tokens`."""
+        return self.llms[instance].collective_rpc(take_times_on_rank)
 
     def transfer_s(self, instance: str) -> float:
         """The engine's connector time since the last take, its slowest rank's."""

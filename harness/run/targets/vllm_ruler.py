@@ -18,6 +18,11 @@ host bounds it. Where the GPU bounds a step (async scheduling with a large model
 it can hide under queued device work; the run's `realized_pct` and `ruler_added_pct` say
 what it moved.
 
+Where vLLM runs the runners in its workers (tensor parallel, a PD pair with a process per
+runner), the step is timed in the workers (`vllm_ranks.py`) and the ruler spins there, on
+every rank at the end of its `sample_tokens`, for PCT % of that rank's step; a spin in the
+engine core's process would fall outside the timed step.
+
 Each slowed step row records the ruler's busy time (`ruler_ms`). Warmup, graph capture,
 dummy runs and empty steps are never slowed: only serving steps go through the harness's
 step, and only those that scheduled tokens spin.
@@ -72,10 +77,12 @@ class StepRuler:
         self.slowed_steps += 1
         return added
 
-    def record(self) -> dict[str, Any]:
+    def record(self, in_workers: bool = False) -> dict[str, Any]:
         """What was applied, for the manifest's fault records."""
         return {"name": f"{SLOW_STEP}:{self.pct:g}", "pct": self.pct,
-                "wraps": "LLMEngine.step (the harness's timed engine step)",
+                "wraps": ("each rank's sample_tokens, in vLLM's workers (the step as timed "
+                          "there, vllm_ranks.py)" if in_workers else
+                          "LLMEngine.step (the harness's timed engine step)"),
                 "busy_work": f"host spin at the end of each engine step that scheduled "
                              f"tokens, {self.pct:g} % of that step's own measured time "
                              f"(no sync, no op)"}
