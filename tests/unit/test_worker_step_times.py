@@ -25,7 +25,8 @@ def _session(steps: list[Step], times: dict) -> VllmSession:
 
 
 def _step(instance: str, i: int, t0: float, t1: float) -> Step:
-    return Step(instance, i, t0, t1, 1, 1, "mixed")
+    return Step(instance, i, t0, t1, 1, 1, "mixed", cpu_ms=0.1, invol_switches=0,
+                vol_switches=1)
 
 
 def test_each_step_takes_its_workers_time_first_start_to_last_end():
@@ -37,6 +38,8 @@ def test_each_step_takes_its_workers_time_first_start_to_last_end():
     got = [(st.instance, st.t_start, st.t_end, st.ruler_ms) for st in s.steps()]
     assert got == [("prefill", 9.0, 9.5, None), ("decode", 10.9, 11.2, 0.07),
                    ("decode", 12.0, 12.3, None)]
+    # the engine core's thread clock did not cover the workers' step: not read
+    assert all(st.cpu_ms is None and st.vol_switches is None for st in s.steps())
     assert s._worker_untimed == 0
     # later steps take later times; those already timed keep theirs
     s._steps.append(_step("decode", 3, 13.0, 13.001))
@@ -48,7 +51,8 @@ def test_each_step_takes_its_workers_time_first_start_to_last_end():
 def test_steps_that_cannot_be_matched_keep_the_engines_time_and_are_counted():
     steps = [_step("decode", 0, 1.0, 1.5), _step("decode", 1, 2.0, 2.5)]
     s = _session(steps, {"decode": [[(0.5, 0.7, None)]]})      # the worker saw one step
-    assert [(st.t_start, st.t_end) for st in s.steps()] == [(1.0, 1.5), (2.0, 2.5)]
+    assert [(st.t_start, st.t_end, st.cpu_ms) for st in s.steps()] == [(1.0, 1.5, 0.1),
+                                                                       (2.0, 2.5, 0.1)]
     assert s._worker_untimed == 2
 
 

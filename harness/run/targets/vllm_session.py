@@ -474,10 +474,12 @@ class VllmSession:
             for j, i in enumerate(mine):
                 k = self._worker_timed + i
                 spun = [t[j][2] for t in per_rank if t[j][2] is not None]
+                # this thread's clock covered the engine core's call, not the workers' step
                 self._steps[k] = replace(self._steps[k],
                                          t_start=min(t[j][0] for t in per_rank),
                                          t_end=max(t[j][1] for t in per_rank),
-                                         ruler_ms=max(spun) if spun else None)
+                                         ruler_ms=max(spun) if spun else None,
+                                         cpu_ms=None, invol_switches=None, vol_switches=None)
         self._worker_timed = len(self._steps)
 
     def reset_steps(self) -> None:
