@@ -303,6 +303,8 @@ def test_a_pd_pair_on_two_gpus_puts_each_runner_in_its_own_worker(monkeypatch):
     assert kw["distributed_executor_backend"] == "mp" and kw["gpu_memory_utilization"] == 0.4
     assert runners_in_workers(side, pd) and engine_key(side, pd, "/m", 512) != key_here
     assert not runners_in_workers(side, EngineOptions())            # colocated: as it was
+    uni = replace(pd, engine_args=FrozenArgs(distributed_executor_backend="uni"))
+    assert "--pd-gpus" in unsupported_reason(side, uni)
     assert parse_pd_gpus("0,1") == (0, 1) and parse_pd_gpus(" 3, 2") == (3, 2)
     assert pd_instance_gpu(1, "4,6") == "6" and pd_instance_gpu(1, None) == "1"
     for bad in ("0", "0,0", "a,1", "0,1,2", "-1,0"):

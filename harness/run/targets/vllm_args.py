@@ -237,6 +237,10 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
         return (f"distributed_executor_backend={backend}: the harness measures the runner in "
                 "the engine's process (uni) or in vLLM's own multiprocessing workers (mp, "
                 "vllm_ranks.py), not elsewhere (unsupported here)")
+    if options.pd_disagg and pd_gpus() and backend == "uni":
+        return ("--pd-gpus gives each runner of a PD pair a GPU of its own in a worker "
+                "process; distributed_executor_backend=uni keeps both in the side's process "
+                "(unsupported here)")
     if tensor_parallel(side, options) > 1 and options.pd_disagg:
         return ("a PD pair with tensor_parallel_size > 1: vLLM's example connector names "
                 "its KV files by layer, not by rank, so the ranks would write over each "
@@ -259,8 +263,8 @@ def runners_in_workers(side: SideSpec, options: EngineOptions) -> bool:
     capture ("CUDA graph capturing detected at an inappropriate time", vLLM 0.26 on a GPU),
     so each runner gets its own process. Both sides of a comparison get the same shape, so
     V2 and V1 run their pairs alike; `distributed_executor_backend=uni` keeps the runners
-    in the side's process. A PD pair placed on two GPUs (`--pd-gpus`) always runs its
-    runners in workers: a worker is where a GPU of its own can be given."""
+    in the side's process. A PD pair placed on two GPUs (`--pd-gpus`) runs its runners in
+    workers (a worker is where a GPU of its own can be given; `uni` is refused there)."""
     backend = engine_args_of(side, options).get("distributed_executor_backend")
     if backend is None and options.pd_disagg and (options.num_speculative_tokens
                                                   or pd_gpus()):
