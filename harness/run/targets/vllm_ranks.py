@@ -22,6 +22,7 @@ interpreter and path). `Ranks` is their caller in the engine process.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,7 +54,8 @@ class _RankState:
     open_scheduled: bool = False
     t_last: float = 0.0
     ruler_ms: float | None = None        # the slow-step ruler's spin in the open step
-    times: list[tuple[float, float, float | None]] = field(default_factory=list)
+    # (start, end, ruler ms, KV connector seconds) of each step with tokens
+    times: list[tuple[float, float, float | None, float]] = field(default_factory=list)
     ruler: Any = None                    # vllm_ruler.StepRuler where the side has one
 
 
@@ -72,12 +74,20 @@ def _open_step(state: _RankState, scheduler_output: Any) -> None:
     state.scheduled.append(state.open_scheduled)
 
 
+def _transfer_s() -> float:
+    """The worker-side KV connector's seconds since the last take (0 where this process
+    runs no connector: vLLM imports its module only for a PD engine)."""
+    mod = sys.modules.get(f"{__package__}.vllm_kv_connector")
+    return mod.take_transfer_s() if mod is not None else 0.0
+
+
 def _close_step(state: _RankState) -> None:
     if state.step is not None:
         state.step.__exit__(None, None, None)
         state.step = None
+        moved_s = _transfer_s()          # a step without tokens moves no request's KV
         if state.open_scheduled:
-            state.times.append((state.t_open, state.t_last, state.ruler_ms))
+            state.times.append((state.t_open, state.t_last, state.ruler_ms, moved_s))
 
 
 def _end_call(state: _RankState, last: bool) -> None:
@@ -156,9 +166,9 @@ def stop_on_rank(worker: Any, device: str, phase_labels: dict[str, str]) -> list
     return kept
 
 
-def take_times_on_rank(worker: Any) -> list[tuple[float, float, float | None]]:
-    """The (start, end, ruler ms or None) of each step with tokens this rank ran since the
-    last take."""
+def take_times_on_rank(worker: Any) -> list[tuple[float, float, float | None, float]]:
+    """The (start, end, ruler ms or None, KV connector seconds) of each step with tokens
+    this rank ran since the last take."""
     state: _RankState = getattr(_inner(worker), _STATE)
     out, state.times = state.times, []
     return out
@@ -186,13 +196,6 @@ def backends_on_rank(worker: Any) -> list[str]:
             if n not in names:
                 names.append(n)
     return names
-
-
-def transfer_on_rank(worker: Any) -> float:
-    """Host seconds the rank's worker-side KV connector spent since the last take (a PD
-    pair's engine; the connector's calls run where the runner runs)."""
-    from . import vllm_kv_connector  # lazy: imports vLLM, and only a PD engine loads it
-    return vllm_kv_connector.take_transfer_s()
 
 
 @dataclass
@@ -252,14 +255,11 @@ class Ranks:
         return [(self._name(instance, r), hi, lo) for r, g in enumerate(got)
                 if g is not None for hi, lo in [g]]
 
-    def step_times(self, instance: str) -> list[list[tuple[float, float, float | None]]]:
-        """Per rank of the engine, the (start, end, ruler ms) of each step with tokens since
-        the last call: from its `execute_model` to the end of its `sample_tokens`."""
+    def step_times(self, instance: str) -> list[list[tuple[float, float, float | None, float]]]:
+        """Per rank of the engine, the (start, end, ruler ms, KV connector seconds) of each
+        step with tokens since the last call: from its `execute_model` to the end of its
+        `sample_tokens`."""
         return self.llms[instance].collective_rpc(take_times_on_rank)
-
-    def transfer_s(self, instance: str) -> float:
-        """The engine's connector time since the last take, its slowest rank's."""
-        return max(self.llms[instance].collective_rpc(transfer_on_rank), default=0.0)
 
     def attention_backends(self, instance: str) -> list[str]:
         return self.llms[instance].collective_rpc(backends_on_rank)[0]

@@ -178,6 +178,7 @@ class VllmSession:
         self._steps: list[Step] = []
         self._worker_timed = 0           # steps before this one carry their workers' times
         self._worker_untimed = 0         # steps whose workers' times could not be matched
+        self._moves: dict[int, dict[str, int]] = {}   # PD in workers: step -> KV it moved
         self._next_id = 0
         self._idle_steps = 0
         self._watchdog = StepWatchdog()
@@ -310,8 +311,11 @@ class VllmSession:
         clock = thread_clock().since(clock0)
         self._sync_steps += 1
         if self.pd:
-            self._attribute_transfer(e, self.ranks.transfer_s(e.instance) if self.ranks
-                                     else vllm_kv_connector().take_transfer_s())
+            moved = self._moved_by(e)
+            if self.ranks is None:
+                self._share_transfer(moved, vllm_kv_connector().take_transfer_s())
+            elif ran and moved:        # its seconds come with the step's workers' times
+                self._moves[len(self._steps)] = moved
         if ran:
             self._steps.append(Step(e.instance, len(self._steps), t0, t1,
                                     len(s.num_scheduled_tokens), s.total_num_scheduled_tokens,
@@ -350,14 +354,19 @@ class VllmSession:
         self._back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])},
                        self._params.pop(rid))
 
-    def _attribute_transfer(self, e: VllmEngine, seconds: float) -> None:
-        """The connector's host time in this engine's step, shared among the requests whose
-        KV it saved or loaded, by tokens moved (vLLM ids carry a suffix after the last '-')."""
+    def _moved_by(self, e: VllmEngine) -> dict[str, int]:
+        """{request: tokens} whose KV the engine's step just scheduled saved or loaded (the
+        scheduler-side connector's record; vLLM ids carry a suffix after the last '-'); the
+        loaded ones are counted."""
         step = getattr(e.connector(), "last_step", None) or {}
-        moved = {rid.rsplit("-", 1)[0]: n for kind in ("store", "load")
-                 for rid, n in step.get(kind, {}).items()}
         for rid, n in step.get("load", {}).items():
             self._kv_loaded[rid.rsplit("-", 1)[0]] += n
+        return {rid.rsplit("-", 1)[0]: n for kind in ("store", "load")
+                for rid, n in step.get(kind, {}).items()}
+
+    def _share_transfer(self, moved: dict[str, int], seconds: float) -> None:
+        """The connector's host time in one step, shared among the requests whose KV it
+        saved or loaded, by tokens moved."""
         total = sum(moved.values())
         for rid, n in moved.items():
             self._kv_s[rid] += seconds * (n / total if total else 1 / len(moved))
@@ -390,7 +399,15 @@ class VllmSession:
         ids = add_all()
         while self.has_unfinished():
             self._step()
+        self._settle()
         return ids
+
+    def _settle(self) -> None:
+        """After the engines ran dry: steps timed in the workers take their times, and
+        their KV transfer seconds go to the requests they moved (the completions read
+        them)."""
+        if self.ranks is not None:
+            self._time_in_workers()
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
                  sampling: Sampling | None = None,
@@ -417,6 +434,7 @@ class VllmSession:
             sp = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
             return self._add({"prompt_token_ids": list(r.prompt_token_ids)}, sp, arrival_time)
         ids = open_loop.replay(requests, add, self._step, self.has_unfinished)
+        self._settle()
         return [self._completion(i) for i in ids]
 
     # -- the rest of the Session interface -----------------------------------------------
@@ -461,7 +479,9 @@ class VllmSession:
         an H200: a median step call of 0.46 ms against 2.36 ms with the runners in this
         process). The session's and the workers' steps with tokens are matched in order;
         where their numbers differ, the steps keep the engine core's times and the run
-        says how many (`worker_untimed_steps`)."""
+        says how many (`worker_untimed_steps`). A PD step's KV transfer seconds come with
+        its times (taken in the worker at the step's end, not by a call per step, which
+        would stand between two steps on the path every token waits on)."""
         for name in self.engines:
             mine = [i for i, st in enumerate(self._steps[self._worker_timed:])
                     if st.instance == name]
@@ -470,9 +490,14 @@ class VllmSession:
                 continue
             if not per_rank or any(len(t) != len(mine) for t in per_rank):
                 self._worker_untimed += len(mine)
+                for i in mine:                       # their transfer time is unknown
+                    self._moves.pop(self._worker_timed + i, None)
                 continue
             for j, i in enumerate(mine):
                 k = self._worker_timed + i
+                moved = self._moves.pop(k, None)
+                if moved:
+                    self._share_transfer(moved, max(t[j][3] for t in per_rank))
                 spun = [t[j][2] for t in per_rank if t[j][2] is not None]
                 # this thread's clock covered the engine core's call, not the workers' step
                 self._steps[k] = replace(self._steps[k],
@@ -487,6 +512,7 @@ class VllmSession:
             for name in self.engines:
                 self.ranks.step_times(name)
         self._worker_timed = self._worker_untimed = 0
+        self._moves.clear()
         self._steps = []
         self._counters0 = self._counter_totals()
         self._pd_totals = Counter()
