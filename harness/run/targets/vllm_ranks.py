@@ -44,17 +44,16 @@ def _inner(worker: Any) -> Any:
 class _RankState:
     prof: Any = None                     # the started profiler of the profiled pass
     step: Any = None                     # the open step range (record_function), or None
-    steps: int = 0                       # steps cut since the pass began
     scheduled: list[bool] = field(default_factory=list)   # per step cut: it had tokens
-    # the step's own time on this rank (perf_counter, the host's monotonic clock, which
-    # every process of the machine reads alike): the open step's start, whether it had
-    # tokens, the end of its last call so far; and the (start, end) of each step with
-    # tokens since the session last took them
+    # the open step on this rank (perf_counter, the host's monotonic clock, which every
+    # process of the machine reads alike): its start, whether it had tokens, the end of
+    # its last call so far
     t_open: float = 0.0
     open_scheduled: bool = False
     t_last: float = 0.0
     ruler_ms: float | None = None        # the slow-step ruler's spin in the open step
-    # (start, end, ruler ms, KV connector seconds) of each step with tokens
+    # (start, end, ruler ms, KV connector seconds) of each step with tokens since the
+    # session last took them
     times: list[tuple[float, float, float | None, float]] = field(default_factory=list)
     ruler: Any = None                    # vllm_ruler.StepRuler where the side has one
 
@@ -66,7 +65,6 @@ def _open_step(state: _RankState, scheduler_output: Any) -> None:
     state.ruler_ms = None
     state.step = torch.profiler.record_function(phases.STEP_LABEL)
     state.step.__enter__()
-    state.steps += 1
     # vLLM calls execute_model also when nothing is scheduled (a KV connector's step
     # without a forward, an idle engine); the session counts only steps with tokens
     n = getattr(scheduler_output, "total_num_scheduled_tokens", None)
@@ -145,7 +143,6 @@ def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...],
 
 def start_on_rank(worker: Any, device: str) -> None:
     state: _RankState = getattr(_inner(worker), _STATE)
-    state.steps = 0
     state.scheduled = []
     state.prof = start_profile(device)
 
