@@ -17,9 +17,15 @@ smallest KV cache its shape needs, a fixed allowance for the process's context a
 graphs; `Target.footprint`), against `gpu_memory_utilization` of the device's memory, and
 each resident process also needs host memory. With one start at a time (the CPU default)
 a group is one shape, as engines were always started.
+
+Each GPU is its own budget. An engine's instances sit on the run's GPU, except a PD pair
+placed across two (`--pd-gpus P,D`): its prefill instance on P, its decode instance on D.
+A group fits when every GPU holds its own instances, each at an equal share of that GPU;
+a pair across two GPUs takes the smaller of its two GPUs' shares on each.
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -50,6 +56,7 @@ class PlannedEngine:
     instances: int                       # engine instances on the device (a PD pair: 2)
     workloads: tuple[str, ...]
     footprint: Footprint | None          # what one instance needs at least; None: unknown
+    gpus: tuple[int, ...] = (0,)         # the GPU of each instance (the harness's indices)
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,9 @@ class EnginePlan:
                 + f" in {len(self.groups)} start group{'s' * (len(self.groups) != 1)}, up to "
                 f"{self.starts_at_once} starting at once"
                 + (f" ({self.why_groups})" if self.why_groups else "")
+                + "".join(f"; each PD pair's prefill on GPU {g[0]}, its decode on GPU {g[1]}"
+                          for g in sorted({e.gpus for e in self.engines
+                                           if len(set(e.gpus)) > 1}))
                 + (f"; engine shape differs by engine_args: {note}"
                    if (note := self.engine_args_note()) else ""))
 
@@ -128,6 +138,7 @@ class EnginePlan:
                                   engine_args=dict(engine_args_of(e.spec, e.options)),
                                   footprint=None if e.footprint is None
                                   else dict(device=e.footprint.device, host=e.footprint.host),
+                                  gpus=list(e.gpus),
                                   gpu_memory_share=e.options.gpu_memory_share)
                              for e in g.engines] for g in self.groups])
 
@@ -170,30 +181,50 @@ def host_memory_bytes() -> int | None:
         return None
 
 
-def _fits(engines: list[tuple[int, Footprint | None]], budget: int | None,
+def _per_gpu(engines: list[tuple[tuple[int, ...], Footprint | None]]) -> dict[int, int]:
+    """{GPU: instances on it} of engines [(the GPU of each instance, footprint)]."""
+    n: dict[int, int] = {}
+    for gpus, _ in engines:
+        for g in gpus:
+            n[g] = n.get(g, 0) + 1
+    return n
+
+
+def _fits(engines: list[tuple[tuple[int, ...], Footprint | None]], budget: int | None,
           host: int | None) -> bool:
-    """Whether engines [(instances, footprint)] fit together: each instance gets an equal
-    share of `budget`, which must hold its device bytes; and their processes must fit the
-    host's memory (HOST_MEMORY_SHARE of it)."""
+    """Whether engines [(the GPU of each instance, footprint)] fit together: on each GPU,
+    each of its instances gets an equal share of `budget` (what the GPU may give), which
+    must hold its device bytes; and their processes must fit the host's memory
+    (HOST_MEMORY_SHARE of it)."""
     if budget is None or any(f is None for _, f in engines):
         return False
-    n = sum(i for i, _ in engines)
-    if host is not None and sum(i * f.host for i, f in engines) > host * HOST_MEMORY_SHARE:
+    if host is not None and sum(len(g) * f.host for g, f in engines) > host * HOST_MEMORY_SHARE:
         return False
-    return all(f.device <= budget / n for _, f in engines)
+    n = _per_gpu(engines)
+    return all(f.device <= budget / n[g] for gpus, f in engines for g in gpus)
+
+
+def _down(share: float) -> float:
+    """A share to 4 places, rounded down: the shares of one GPU never sum past its budget."""
+    return math.floor(share * 1e4 + 1e-9) / 1e4
 
 
 def plan(workloads: list[tuple[str, EngineOptions]], sides: dict[str, SideSpec],
          key_of: Callable[[SideSpec, EngineOptions], Any],
          footprint_of: Callable[[SideSpec, EngineOptions], Footprint | None],
          budget_share: float, starts_at_once: int, device_bytes: int | None,
-         host_bytes: int | None = None) -> EnginePlan:
+         host_bytes: int | None = None, pd_gpus: tuple[int, int] | None = None
+         ) -> EnginePlan:
     """The plan for `workloads` [(id, engine options)] in run order on `sides`.
 
     Shapes (equal engine keys on every side) are grouped in order of first use while the
     group fits (`_fits`); with one start at a time, or where a footprint or the device's
     memory is unknown, each shape is its own group (resident alone, as before planning).
-    Each engine's `gpu_memory_share` is budget_share times its instances over its group's."""
+    `pd_gpus` (P, D): a PD pair's prefill instance on GPU P and its decode instance on D;
+    every other instance on GPU 0, `device_bytes` being each GPU's memory. Each engine's
+    `gpu_memory_share` is what the target gives the engine: on one GPU, budget_share times
+    its instances over that GPU's (the target splits a pair's between its two engines);
+    across two, the smaller of its GPUs' per-instance shares, which each engine takes."""
     shapes: dict[tuple, list[str]] = {}
     shape_opts: dict[tuple, EngineOptions] = {}
     for wid, options in workloads:
@@ -202,9 +233,14 @@ def plan(workloads: list[tuple[str, EngineOptions]], sides: dict[str, SideSpec],
         shape_opts.setdefault(keys, options)
     order = list(shapes)
 
-    def engines_of(keys: tuple) -> list[tuple[int, Footprint | None]]:
+    def gpus_of(o: EngineOptions) -> tuple[int, ...]:
+        if not o.pd_disagg:
+            return (0,)
+        return pd_gpus if pd_gpus else (0, 0)
+
+    def engines_of(keys: tuple) -> list[tuple[tuple[int, ...], Footprint | None]]:
         o = shape_opts[keys]
-        return [(2 if o.pd_disagg else 1, footprint_of(sp, o)) for sp in sides.values()]
+        return [(gpus_of(o), footprint_of(sp, o)) for sp in sides.values()]
 
     groups: list[list[tuple]] = []
     why = ""
@@ -225,15 +261,19 @@ def plan(workloads: list[tuple[str, EngineOptions]], sides: dict[str, SideSpec],
                    if unknown else "grouped by what fits the device and the host together")
     out = []
     for g in groups:
-        inst = sum(i for k in g for i, _ in engines_of(k))
+        on = _per_gpu([e for k in g for e in engines_of(k)])
         engines = []
         for keys in g:
             o = shape_opts[keys]
-            n = 2 if o.pd_disagg else 1
+            gpus = gpus_of(o)
+            if len(set(gpus)) == 1:        # every instance on one GPU: the engine's whole share
+                share = budget_share * len(gpus) / on[gpus[0]]
+            else:                          # across GPUs: what each instance may take on each
+                share = min(budget_share / on[x] for x in gpus)
             for side, sp in sides.items():
                 engines.append(PlannedEngine(
-                    side=side, spec=sp, instances=n, workloads=tuple(shapes[keys]),
-                    options=replace(o, gpu_memory_share=round(budget_share * n / inst, 4)),
-                    footprint=footprint_of(sp, o)))
+                    side=side, spec=sp, instances=len(gpus), workloads=tuple(shapes[keys]),
+                    options=replace(o, gpu_memory_share=_down(share)),
+                    footprint=footprint_of(sp, o), gpus=gpus))
         out.append(StartGroup(tuple(engines)))
     return EnginePlan(tuple(out), max(1, starts_at_once), device_bytes, budget_share, why)

@@ -8,6 +8,7 @@ execute, then record) take their decisions from the one `RunPlan` it returns.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from ..record.suite import Suite, WorkloadEntry
 from . import engine_args, engine_plan
 from .engine_bank import BankKey, BankSettings
 from .engine_plan import EnginePlan, PlannedEngine
-from .targets.base import Footprint, SideSpec, Target, get_target, side_label
+from .targets.base import PD_GPUS_ENV, Footprint, SideSpec, Target, get_target, side_label
 from .worker import DEFAULT_CALL_TIMEOUT_S
 
 SIDES = ("baseline", "candidate")
@@ -245,11 +246,14 @@ def _plan_engines(workloads: list[PlannedWorkload], specs: dict[str, SideSpec],
         return fps[k]
 
     device = next(iter(specs.values())).device
+    placed = os.environ.get(PD_GPUS_ENV)    # --pd-gpus P,D, checked by the command and target
+    pd_gpus = tuple(int(x) for x in placed.split(",")) if placed else None
     eplan = engine_plan.plan(
         [(w.id, w.options) for w in ordered if w.id not in skip], specs, key, footprint,
         iso.gpu_memory_utilization, iso.starts_at_once or 1,
         engine_plan.device_memory_bytes(device) if device.startswith("cuda")
-        else engine_plan.host_memory_bytes(), engine_plan.host_memory_bytes())
+        else engine_plan.host_memory_bytes(), engine_plan.host_memory_bytes(),
+        pd_gpus=pd_gpus if device.startswith("cuda") else None)
     return ordered, eplan
 
 

@@ -88,3 +88,33 @@ def test_the_plan_is_recorded_whole():
     assert d["starts_at_once"] == 4 and d["device_bytes"] == 80 * GiB
     e = d["groups"][0][0]
     assert e["footprint"] == dict(device=GiB, host=GiB) and e["workloads"]
+
+
+def test_a_pd_pair_across_two_gpus_counts_each_engine_against_its_own_gpu():
+    """`--pd-gpus 0,1`: a pair's prefill instance is on GPU 0 beside the run's other
+    engines, its decode instance alone on GPU 1. Each GPU is its own budget, so a group that
+    would not fit one GPU fits two, and a pair's engines take the smaller share of their two
+    GPUs (each engine takes it whole: the target does not halve it across GPUs)."""
+    one = engine_plan.plan(WORKLOADS, SIDES, key, fp(10), 0.85, 4, 80 * GiB, 512 * GiB)
+    two = engine_plan.plan(WORKLOADS, SIDES, key, fp(10), 0.85, 4, 80 * GiB, 512 * GiB,
+                           pd_gpus=(0, 1))
+    assert len(one.groups) == 2                     # 8 instances of 10 GiB: not on one GPU
+    assert len(two.groups) == 1                     # GPU 0: 6 instances, GPU 1: 2
+    pd = {e.gpus for e in two.engines if e.options.pd_disagg}
+    assert pd == {(0, 1)} and {e.gpus for e in two.engines if not e.options.pd_disagg} == {(0,)}
+    shares = {(e.side, e.workloads[0]): e.options.gpu_memory_share for e in two.engines}
+    assert shares[("baseline", "gsm8k")] == 0.1416          # GPU 0's six, rounded down
+    assert shares[("baseline", "gsm8k-pd")] == 0.1416       # the smaller: GPU 0's
+    on_gpu0 = sum(shares[k] for k in shares if k[1] != "gsm8k-pd") + 2 * shares[
+        ("baseline", "gsm8k-pd")]
+    assert on_gpu0 <= 0.85 + 1e-6
+    assert "each PD pair's prefill on GPU 0, its decode on GPU 1" in two.describe()
+    assert two.to_dict()["groups"][0][2]["gpus"] == [0, 1]
+
+
+def test_pairs_alone_across_two_gpus_take_each_gpus_whole_budget():
+    pairs = [w for w in WORKLOADS if w[1].pd_disagg]
+    p = engine_plan.plan(pairs, SIDES, key, fp(1), 0.8, 4, 80 * GiB, 512 * GiB,
+                         pd_gpus=(1, 0))
+    assert [e.gpus for e in p.engines] == [(1, 0), (1, 0)]
+    assert {e.options.gpu_memory_share for e in p.engines} == {0.4}      # two on each GPU
