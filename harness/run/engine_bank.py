@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from .compile_cache import cache_dirs, counting_writes, describe, file_counts, new_files
 from .engine_plan import PlannedEngine, StartGroup
+from .start_phases import describe_phases, phases_of
 from .progress import Progress
 from .targets.base import Unsupported, get_target
 from .worker import EngineTimeout, HostPool, shutdown_all
@@ -192,7 +193,9 @@ class EngineBank:
                         continue
                     times[key] = (t0, time.perf_counter())
                     self.resident[key] = Resident(sess, log, None, {}, self.run)
-                    records[key] = dict(compile_cache_writes=writes, pid=os.getpid())
+                    records[key] = dict(compile_cache_writes=writes, pid=os.getpid(),
+                                        phases=phases_of(t0, {}, getattr(
+                                            sess, "start_phases", {})))
                     continue
                 host = self._host_key(e.side)
                 before = file_counts(dirs)
@@ -222,9 +225,11 @@ class EngineBank:
                     continue
                 times[key] = (t0, time.perf_counter())
                 self.resident[key].session = sess
+                phases = phases_of(t0, sess.start_clock, sess.start_phases)
                 records[key] = dict(compile_cache_writes=new_files(before, file_counts(dirs)),
-                                    pid=sess.pid, python=sess.python)
-                prog.side(e.side, f"engine ready in {times[key][1] - t0:.1f} s")
+                                    pid=sess.pid, python=sess.python, phases=phases)
+                prog.side(e.side, f"engine ready in {times[key][1] - t0:.1f} s"
+                          + (f" ({where})" if (where := describe_phases(phases)) else ""))
             now = time.perf_counter()
             for conn, (key, e, p, t0, _, host) in list(pending.items()):
                 if now - t0 > self.pool.timeout_s:            # hung: killed, a failure

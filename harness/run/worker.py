@@ -87,6 +87,7 @@ def _child(conn) -> None:
     """The engine's process: open a session, answer its calls until it is closed, then wait
     for the next one (a target that cannot be reopened in one process says so: its process
     then exits after one session)."""
+    serving_since = time.perf_counter()  # the interpreter and the harness's imports are done
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
@@ -104,6 +105,7 @@ def _child(conn) -> None:
             reply_error(ValueError(f"call {name!r} without an open session"))
             continue
         target_name, spec, options, log_path = args
+        opened = time.perf_counter()
         _log_to(log_path)
         target = get_target(target_name)
         try:
@@ -111,7 +113,10 @@ def _child(conn) -> None:
             conn.send(("ok", dict(vocab_size=session.vocab_size, step_label=session.step_label,
                                   phase_labels=dict(session.phase_labels),
                                   compile_cache_writes=writes, pid=os.getpid(),
-                                  python=sys.executable)))
+                                  python=sys.executable,
+                                  start_clock=dict(serving_since=serving_since, opened=opened,
+                                                   ready=time.perf_counter()),
+                                  start_phases=dict(getattr(session, "start_phases", {})))))
         except BaseException as e:       # noqa: BLE001 - everything goes back to the parent
             traceback.print_exc()
             reply_error(e)
@@ -299,6 +304,10 @@ class RemoteSession:
         self.compile_cache_writes: dict[str, int] = info["compile_cache_writes"]
         self.pid: int = info["pid"]
         self.python: str = info["python"]        # the interpreter it runs (a side's build)
+        # when its process began serving, when "open" arrived and ended (perf_counter), and
+        # the session's own account of its start (harness.run.start_phases)
+        self.start_clock: dict[str, float] = info.get("start_clock") or {}
+        self.start_phases: dict[str, float | None] = info.get("start_phases") or {}
         self.auditing = False
 
     def _call(self, name: str, *args: Any) -> Any:

@@ -45,6 +45,7 @@ from ..record.results import (
 )
 from ..record.run_record import BarKind, Check, Manifest, RunSummary
 from ..run.compile_cache import describe, describe_start
+from ..run.start_phases import describe_phases
 from . import coverage
 from .formatting import (
     FAMILIES,
@@ -301,7 +302,8 @@ def _engine_starts(manifest: Manifest | None) -> tuple[str, list[dict]]:
     rows = [dict(side=s.get("side", "?"), workloads=", ".join(s.get("workloads") or []),
                  kernels=(f"compiled ({describe(s['compile_cache_writes'])})"
                           if s.get("compile_cache_writes") else "loaded from the caches"),
-                 start_s=fmt_num(s.get("start_s"), sig=3), error=s.get("error") or "")
+                 start_s=fmt_num(s.get("start_s"), sig=3),
+                 phases=describe_phases(s.get("phases") or {}), error=s.get("error") or "")
             for s in starts if isinstance(s, dict)]
     compiled = [s["compile_cache_writes"] for s in starts
                 if isinstance(s, dict) and s.get("compile_cache_writes")]

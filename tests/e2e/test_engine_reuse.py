@@ -40,6 +40,15 @@ def test_workloads_of_one_engine_shape_share_the_engines_and_progress_is_printed
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["resolved"]["c"]["candidate"]["startup_s"] == \
         manifest["resolved"]["a"]["candidate"]["startup_s"]          # the same engine
+    # each start says where its time went: its new process, and its open call
+    starts = manifest["engines"]["starts"]
+    assert len(starts) == 4
+    for st in starts:
+        ph, total = st["phases"], st["start_s"]
+        assert ph["open_s"] > 0 and ph["open_s"] <= total, st
+        assert ph["process_s"] is None or 0 <= ph["process_s"] <= total - ph["open_s"] + 0.05
+    assert any(st["phases"]["process_s"] is not None for st in starts)    # a new process
+    assert any("engine ready in" in ln and "(process " in ln for ln in lines)
     html = (out / "report.html").read_text()
     assert 'id="what-ran"' in html and "runner_impl" in html and "<details>" in html
 

@@ -154,7 +154,9 @@ def _manifest() -> dict:
             dict(side="candidate", workloads=["w1", "w2"], start_s=40.0,
                  compile_cache_writes=dict(inductor=10, triton=2)),
             dict(side="candidate", workloads=["w1", "w2"], start_s=20.0,
-                 compile_cache_writes={}),
+                 compile_cache_writes={}, phases=dict(process_s=3.0, open_s=16.9,
+                                                      before_engine_s=9.0, engine_s=7.5,
+                                                      compile_s=1.9, after_engine_s=0.4)),
             dict(side="baseline", workloads=["w1", "w2"], start_s=21.0,
                  compile_cache_writes={})]))
 
@@ -223,6 +225,9 @@ def test_details_say_each_method_once_and_engine_starts_as_a_number(tmp_path):
     assert 'href="engine-logs/w1.candidate.log"' in html
     assert html.count("w1.candidate.log") == 4     # the engines' section and w1's, link + text
     assert 'id="engine-starts"' in html.split('id="engines"')[1]
+    # where a start's time went, where the start kept an account of it
+    assert ("process 3.0 s, imports and setup 9.0 s, LLM() 7.5 s, compile 1.9 s, "
+            "instrumentation 0.4 s") in html
 
 
 def test_sparklines_of_each_gated_latency_figure_from_a_history(tmp_path, capsys):

