@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real vLLM V2 against V1 on a GPU machine: the acceptance runs, then the GPU tests on them.
 # Usage: scripts/gpu/vllm_acceptance.sh OUT_DIR [STEPS]   (STEPS: comma list of smoke,
-#   fault, quick, eagle, warmup, reference, matrix, pd, pdfault, tp, scale, tests; default
-#   smoke,fault,quick,eagle,warmup,tests). Needs vLLM importable (pip, or the kit in ../shared/vllm-gpu:
+#   fault, quick, eagle, warmup, reference, matrix, pd, pdeagle, pdfault, tp, pd2, scale,
+#   tests; default smoke,fault,quick,eagle,warmup,tests). Needs vLLM importable (pip, or the kit in ../shared/vllm-gpu:
 #   `source env.sh`) and CUDA. Writes OUT_DIR/runs/<name>/ (results), <name>.stdout/.stderr,
 #   OUT_DIR/timings.txt, OUT_DIR/pytest.log, OUT_DIR/runs.tgz.
 #   smoke  `run smoke` V2 vs V1, clean: must pass
@@ -24,6 +24,8 @@
 #   tp     (two GPUs) `run smoke --engine-arg tensor_parallel_size=2`, clean: must pass with
 #          counts on both ranks; then with `--fault seq-lens-sync` (PR 40654 in every rank):
 #          must fail syncs_per_step[rank0] and syncs_per_step[rank1]
+#   pdeagle `run pd-eagle`: a PD pair with EAGLE k = 2 per side, each engine's runner in a
+#          worker of its own, steps timed there; clean: must pass
 #   pd2    (two GPUs) `run pd --pd-gpus 0,1` and `run pd-eagle --pd-gpus 0,1`: each PD pair's
 #          prefill runner on GPU 0 and its decode runner on GPU 1, each in its own worker
 #          process, KV through the pair's connector; clean: must pass
@@ -32,6 +34,8 @@
 #          seeded sampling, counts on every rank; step and engine-start times beside the
 #          tiny model's; accuracy reads "not measured: random weights"
 #   tests  tests/vllm/test_vllm_gpu.py against those run directories (MRBENCH_VLLM_GPU_RUNS)
+# Env: PIN ("--pin-cpus 1-14 --canary-cpu 15": flags added to every run). After each run its
+#   engine starts are listed with where their time went (the manifest's engines.starts).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: vllm_acceptance.sh OUT_DIR [STEPS]}")
@@ -44,13 +48,27 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 } > "$out/env.txt" 2>&1
 cat "$out/env.txt"
 
+read -ra pin <<< "${PIN:-}"
+starts() {                                # starts RUN_DIR: each engine start and its phases
+  $py - "$1" <<'PY' | tee -a "$out/timings.txt"
+import json, sys
+from pathlib import Path
+m = Path(sys.argv[1]) / "manifest.json"
+for s in (json.loads(m.read_text()).get("engines") or {}).get("starts", []) if m.is_file() else []:
+    ph = {k: v for k, v in (s.get("phases") or {}).items() if v is not None}
+    print(f"  start {s['side']:9s} {','.join(s['workloads'])[:28]:28s} {s['start_s']:7.1f} s",
+          " ".join(f"{k}={v:.1f}" for k, v in ph.items()), s.get("compile_cache_writes") or "")
+PY
+}
 run() {                                   # run NAME ARGS...: one mrbench run, timed
   local name=$1; shift
   local t0=$SECONDS
   $py -m mrbench run "$@" --target vllm --device cuda --candidate v2 --baseline v1 \
-      --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
+      "${pin[@]}" --out "$out/runs/$name" > "$out/runs/$name.stdout" \
+      2> "$out/runs/$name.stderr"
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s ($*)" | tee -a "$out/timings.txt"
+  starts "$out/runs/$name"
   grep -E "^(gsm8k|spec|warmup|trace|verdict|FAILED|UNSUPPORTED)" "$out/runs/$name.stdout" | head -40
   tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null   # after every run: a kill keeps these
 }
@@ -59,12 +77,14 @@ run() {                                   # run NAME ARGS...: one mrbench run, t
 [[ $steps == *,quick,* ]] && run quick-clean quick --vllm-sync-check warn
 [[ $steps == *,eagle,* ]] && run spec-eagle spec-eagle
 [[ $steps == *,pd,* ]] && run pd-clean pd --vllm-sync-check warn
+[[ $steps == *,pdeagle,* ]] && run pd-eagle pd-eagle
 faults() {                                # faults NAME SUITE FAULT...: clean, then each
   local name=$1 suite=$2; shift 2
   local t0=$SECONDS args=()
   for f in "$@"; do args+=(--fault "$f"); done
   $py -m mrbench faults "$suite" --target vllm --device cuda --candidate v2 --baseline v1 \
-      "${args[@]}" --out "$out/runs/$name" > "$out/runs/$name.stdout" 2> "$out/runs/$name.stderr"
+      "${args[@]}" "${pin[@]}" --out "$out/runs/$name" > "$out/runs/$name.stdout" \
+      2> "$out/runs/$name.stderr"
   echo "$name: exit $? in $((SECONDS - t0)) s (faults $suite $*)" | tee -a "$out/timings.txt"
   cat "$out/runs/$name.stdout"
   tar czf "$out/runs.tgz" -C "$out" runs 2>/dev/null
