@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 from .compile_cache import cache_dirs, counting_writes, describe, file_counts, new_files
 from .engine_plan import PlannedEngine, StartGroup
-from .start_phases import describe_phases, phases_of
 from .progress import Progress
+from .start_phases import describe_phases, phases_of
 from .targets.base import Unsupported, get_target
 from .worker import EngineTimeout, HostPool, shutdown_all
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def phases_of(t0: float, clock: dict[str, float], phases: dict[str, float | None]
-                 ) -> dict[str, float | None]:
+              ) -> dict[str, float | None]:
     """Where an engine start's time went (seconds; the manifest's engines.starts[].phases):
     `process_s`, a new process's interpreter and the harness's imports (from the harness's
     "open" to the child serving; None in a reused process); `open_s`, the child's open
