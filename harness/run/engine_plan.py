@@ -53,10 +53,14 @@ class PlannedEngine:
     side: str
     spec: SideSpec
     options: EngineOptions               # the shape, with its memory share set
-    instances: int                       # engine instances on the device (a PD pair: 2)
     workloads: tuple[str, ...]
     footprint: Footprint | None          # what one instance needs at least; None: unknown
     gpus: tuple[int, ...] = (0,)         # the GPU of each instance (the harness's indices)
+
+    @property
+    def instances(self) -> int:
+        """Engine instances (a PD pair: 2), one per entry of `gpus`."""
+        return len(self.gpus)
 
 
 @dataclass(frozen=True)
@@ -272,7 +276,7 @@ def plan(workloads: list[tuple[str, EngineOptions]], sides: dict[str, SideSpec],
                 share = min(budget_share / on[x] for x in gpus)
             for side, sp in sides.items():
                 engines.append(PlannedEngine(
-                    side=side, spec=sp, instances=len(gpus), workloads=tuple(shapes[keys]),
+                    side=side, spec=sp, workloads=tuple(shapes[keys]),
                     options=replace(o, gpu_memory_share=_down(share)),
                     footprint=footprint_of(sp, o), gpus=gpus))
         out.append(StartGroup(tuple(engines)))
