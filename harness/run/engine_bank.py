@@ -1,6 +1,6 @@
 """The engines resident for a run, or for every run of a campaign: started a group at a time
-(several at once), reused while their key is wanted, and rebuilt once when their start
-compiled kernels.
+(several at once), reused while their key is wanted, and rebuilt when their start compiled
+kernels.
 
 A run asks the bank for a start group of its plan (harness.engine_plan) before the group's
 first workload. The bank closes every engine outside the group (its memory is needed),
@@ -12,9 +12,10 @@ and answered as it finishes (harness.worker.PendingOpen). Every start is recorde
 how many other starts it overlapped, and what it wrote to the kernel-compile caches.
 
 Rebuilding (harness.compile_cache says why): an engine whose start wrote to those caches is
-started again in a new process before it is measured. Starts that overlap share the caches,
-so one that loaded everything can see another's writes as its own; it is then rebuilt too,
-which costs a start and never measures a process that compiled.
+started again in a new process before it is measured, and once more where that start still
+wrote, less (`_rebuild`). Starts that overlap share the caches, so one that loaded
+everything can see another's writes as its own; it is then rebuilt too, which costs a start
+and never measures a process that compiled.
 """
 from __future__ import annotations
 
@@ -29,12 +30,14 @@ from typing import Any, Callable
 
 from .compile_cache import cache_dirs, counting_writes, describe, file_counts, new_files
 from .engine_plan import PlannedEngine, StartGroup
+from .preload import Preloader
 from .progress import Progress
 from .start_phases import describe_phases, phases_of
 from .targets.base import Unsupported, get_target
 from .worker import EngineTimeout, HostPool, shutdown_all
 
 BankKey = tuple[str, Any]          # (side, the target's engine key)
+MAX_REBUILDS = 2                   # new processes for an engine whose start compiled
 
 
 @dataclass
@@ -67,6 +70,8 @@ class EngineBank:
     failed: dict[BankKey, Exception] = field(default_factory=dict)   # this run's failed starts
     run: int = -1
     starts: list[dict] = field(default_factory=list)   # every start of the current run
+    # the preloading processes the current run's engines were forked from (harness.preload)
+    preloads: list[dict] = field(default_factory=list)
     used_logs: set[Path] = field(default_factory=set)  # logs of the current run's engines
     log_of: dict[BankKey, Path] = field(default_factory=dict)   # each engine's latest log
     # False once a rebuilt engine's start wrote to the caches again (a cache that does not
@@ -84,7 +89,7 @@ class EngineBank:
         self.settings = settings
         self.pool.timeout_s = settings.timeout_s
         self.run += 1
-        self.failed, self.starts, self.used_logs = {}, [], set()
+        self.failed, self.starts, self.used_logs, self.preloads = {}, [], set(), []
         for r in self.resident.values():
             r.served = 0
 
@@ -114,6 +119,12 @@ class EngineBank:
             return {}
         order = {s: i for i, s in enumerate(self.settings.open_order)}
         todo.sort(key=lambda t: order.get(t[1].side, len(order)))
+        if not self.settings.in_process:    # every preloading process imports at once
+            for _, e in todo:
+                try:
+                    self.pool.preloader(e.spec, self.logs)
+                except Exception:           # noqa: BLE001 - its start says it, in its turn
+                    pass
         # one at a time, each engine is rebuilt before the next starts (a rebuild that
         # writes again spares the rest theirs); together, the group's rebuilds go together
         batches = [todo] if self.settings.starts_at_once > 1 else [[t] for t in todo]
@@ -183,6 +194,11 @@ class EngineBank:
                 log = self.log_of[key] = self._log_path(e)
                 prog.side(e.side, f"starting engine ({', '.join(e.workloads)})"
                           + (f", {len(pending)} others starting" if pending else ""))
+                try:          # before its clock starts: the imports are the run's, not its
+                    pre = None if self.settings.in_process else self._preloader(e, prog)
+                except Exception as ex:             # noqa: BLE001 - a recorded failure
+                    errors[key] = ex
+                    continue
                 t0 = time.perf_counter()
                 if self.settings.in_process:
                     try:
@@ -198,9 +214,9 @@ class EngineBank:
                                             sess, "start_phases", {})))
                     continue
                 host = self._host_key(e.side)
-                before = file_counts(dirs)
                 try:
-                    p = self.pool.begin_open(host, e.spec.target, e.spec, e.options, log)
+                    before = file_counts(dirs)
+                    p = self.pool.begin_open(host, e.spec.target, e.spec, e.options, log, pre)
                 except Exception as ex:             # noqa: BLE001
                     errors[key] = ex
                     times[key] = (t0, time.perf_counter())
@@ -227,7 +243,8 @@ class EngineBank:
                 self.resident[key].session = sess
                 phases = phases_of(t0, sess.start_clock, sess.start_phases)
                 records[key] = dict(compile_cache_writes=new_files(before, file_counts(dirs)),
-                                    pid=sess.pid, python=sess.python, phases=phases)
+                                    pid=sess.pid, python=sess.python, phases=phases,
+                                    process=sess.host.started_by)
                 prog.side(e.side, f"engine ready in {times[key][1] - t0:.1f} s"
                           + (f" ({where})" if (where := describe_phases(phases)) else ""))
             now = time.perf_counter()
@@ -251,11 +268,37 @@ class EngineBank:
             self.starts.append(rec)
         return errors
 
-    def _rebuild(self, redo: list[tuple[BankKey, PlannedEngine]], prog: Progress
-                 ) -> dict[BankKey, Exception]:
+    def _preloader(self, e: PlannedEngine, prog: Progress) -> Preloader | None:
+        """The preloading process `e`'s engine process is forked from, ready (None, or one
+        whose `failure` says why not, where it is spawned); its first wait is on the
+        progress log, and it goes into the run's record."""
+        pre = self.pool.preloader(e.spec, self.logs)
+        if pre is None:
+            return None
+        if pre.poll(self.pool.timeout_s) is None:
+            prog.side(e.side, f"importing the {e.spec.target} engine code once ({pre.label}), "
+                      "to fork its engine processes from")
+            if pre.wait_ready(self.pool.timeout_s):
+                prog.side(e.side, f"engine code imported in {pre.ready_s:.1f} s")
+        if pre.failure is not None and pre.describe() not in self.preloads:
+            prog.side(e.side, f"engine processes are spawned: the process importing their "
+                      f"code failed ({pre.failure})")
+        self.used_logs.add(pre.log)
+        rec = pre.describe()
+        if rec not in self.preloads:
+            self.preloads.append(rec)
+        return pre
+
+    def _rebuild(self, redo: list[tuple[BankKey, PlannedEngine]], prog: Progress,
+                 attempt: int = 1) -> dict[BankKey, Exception]:
         """Engines whose starts compiled kernels, started again in new processes that load
-        them from the cache. Once: a start that still writes is measured as it is,
-        recorded, and ends rebuilding for this bank."""
+        them from the cache. A rebuilt start that still wrote, but less than the start
+        before it, is rebuilt once more (up to MAX_REBUILDS): caches can fill in layers. On
+        vLLM 0.26 (H200, 2026-11-29) the start that compiled put its Triton kernels in the
+        cache vLLM points Triton at as it compiles, and the start that loaded the compiled
+        model built 220-420 of them again into Triton's default cache, which a third start
+        loads. A start that wrote as much as the one before it (a cache that does not keep)
+        is measured as it is, recorded, and ends rebuilding for this bank."""
         firsts = {}
         for key, e in redo:
             r = self.resident[key]
@@ -266,24 +309,32 @@ class EngineBank:
                           f"({describe(r.start['compile_cache_writes'])}); measured as it is "
                           "(--in-process has no other process to start it in)")
                 continue
-            prog.side(e.side, f"engine compiled kernels as it started "
-                      f"({describe(r.start['compile_cache_writes'])}, {r.start['start_s']:.1f} s):"
-                      " starting it again in a new process, to measure it with its kernels "
-                      "loaded from the cache")
+            prog.side(e.side, ("engine compiled kernels as it started" if attempt == 1 else
+                               "its new start compiled fewer kernels, but some")
+                      + f" ({describe(r.start['compile_cache_writes'])}, "
+                      f"{r.start['start_s']:.1f} s): starting it again in a new process, to "
+                      "measure it with its kernels loaded from the cache")
         self.discard(*[k for k, _ in redo if self.resident[k].host is not None], retire=True)
         again = [(k, e) for k, e in redo if k not in self.resident]
         if not again:
             return {}
         errors = self._start_all(again, prog)
-        for key, _ in again:
+        more = []
+        for key, e in again:
             if key in self.resident:
                 r = self.resident[key]
-                if r.start["compile_cache_writes"]:
+                wrote = sum(r.start["compile_cache_writes"].values())
+                before = sum(firsts[key]["compile_cache_writes"].values())
+                if wrote and wrote < before and attempt < MAX_REBUILDS:
+                    more.append((key, e))
+                elif wrote:
                     self.rebuild_helps = False
                     prog.side(key[0], f"its new start wrote again "
                               f"({describe(r.start['compile_cache_writes'])}): measured as it "
                               "is; no more rebuilds in this run (or its campaign)")
                 r.start = dict(r.start, rebuilt_after=firsts[key])
+        if more:
+            errors.update(self._rebuild(more, prog, attempt + 1))
         return errors
 
     # -- closing -----------------------------------------------------------------------

@@ -69,6 +69,7 @@ class EnginesUsed:
 
     starts: list[dict]
     logs: dict[str, str]          # {path in the run directory: text}
+    preloads: list[dict] = field(default_factory=list)   # harness.run.preload's processes
 
 
 def _failure(workload: str, side: str, e: Exception) -> dict:
@@ -211,7 +212,7 @@ def release_engines(bank: EngineBank, own_bank: bool, executed: Executed,
             for f in sorted(bank.used_logs) if f.is_file()}
     if own_bank:
         bank.shutdown()
-    return EnginesUsed(starts=bank.starts, logs=logs)
+    return EnginesUsed(starts=bank.starts, logs=logs, preloads=list(bank.preloads))
 
 
 class Recorder:
@@ -283,6 +284,7 @@ class Recorder:
                                   source=w.workload.source(w.params), items=len(w.items))
                        for w in plan.workloads},
             engines=dict(plan=plan.engines.to_dict(), starts=engines.starts,
+                         preloads=engines.preloads,
                          wall_s=round(sum(x["start_s"] for x in engines.starts), 3)),
             resolved=self.resolved, percentiles=list(plan.percentiles))
 

@@ -8,8 +8,10 @@ to a child process through a pipe; every call has a deadline. A child that dies 
 deadline kills the child and is an `EngineTimeout`. The driver turns both into a side
 failure (exit 3) and carries on.
 
-The child is started with `spawn` (never fork: torch and vLLM hold threads and device
-handles that a fork would copy half-way). It opens the real session and answers calls; its
+The child is forked from a preloading process that imported its code once and has no
+threads or device handles to copy half-way (harness.run.preload), or spawned
+(`MRBENCH_ENGINE_START=spawn`, or where no preloading process came up); never forked from
+the harness, whose torch holds threads. It opens the real session and answers calls; its
 stdout and stderr go to a log file, because engines print (vLLM logs every load) and the
 harness's own output must stay readable. The profiled pass runs inside the child, since
 torch.profiler only sees the process it runs in.
@@ -27,7 +29,6 @@ import sys
 import time
 import traceback
 import weakref
-from multiprocessing import spawn
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from mrbench.contract import BadInput, EngineOptions
 from .builds import Build, resolve
 from .compile_cache import counting_writes
 from .execute import profiled_run
+from .preload import Preloader, Preloaders, build_environment, forked_by, start_method
 from .targets import get_target
 from .targets.base import SideSpec, Unsupported
 
@@ -83,11 +85,15 @@ def _log_to(path: str) -> None:
     os.close(fd)
 
 
-def _child(conn) -> None:
+def _child(conn, env: dict[str, str] | None = None) -> None:
     """The engine's process: open a session, answer its calls until it is closed, then wait
     for the next one (a target that cannot be reopened in one process says so: its process
-    then exits after one session)."""
+    then exits after one session). `env`: the harness's environment variables when it asked
+    for this process, which a forked process takes as its own (a spawned one has them)."""
     serving_since = time.perf_counter()  # the interpreter and the harness's imports are done
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
@@ -158,23 +164,6 @@ def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
     return "\n".join(lines[-n:])
 
 
-def _start_in(proc: mp.process.BaseProcess, build: Build | None) -> None:
-    """Start `proc` in `build`'s environment: spawn runs the interpreter it is told and
-    hands the child the parent's import path at start, so both are swapped for the start
-    alone (the harness starts engines from one thread)."""
-    if build is None:
-        proc.start()
-        return
-    saved_path, saved_exe = sys.path[:], spawn.get_executable()
-    sys.path[:] = build.sys_path
-    spawn.set_executable(build.python)
-    try:
-        proc.start()
-    finally:
-        sys.path[:] = saved_path
-        spawn.set_executable(saved_exe)
-
-
 _LIVE: weakref.WeakSet = weakref.WeakSet()     # engine processes started by this harness
 
 
@@ -193,16 +182,27 @@ class EngineHost:
     and its target can reopen in a process; `EngineTimeout`/`EngineCrashed` retire it."""
 
     def __init__(self, timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                 build: Build | None = None) -> None:
-        ctx = mp.get_context("spawn")
+                 build: Build | None = None, preloader: Preloader | None = None) -> None:
+        """A new engine process in `build`'s environment (None: the harness's): forked by
+        `preloader` where it is ready (harness.run.preload), else spawned."""
+        forked = preloader is not None and preloader.ready_s is not None
+        ctx = mp.get_context("forkserver" if forked else "spawn")
         self.timeout_s = timeout_s
         self.conn, child = ctx.Pipe()
         # not daemonic: a daemonic process may not start children, and vLLM's tensor-
         # parallel executor starts one worker process per rank; `_kill_left_over` ends
         # engines still running when the harness exits, as a daemon's end would
-        self.proc = ctx.Process(target=_child, args=(child,), name="mrbench-engine",
-                                daemon=False)
-        _start_in(self.proc, build)
+        self.proc = ctx.Process(target=_child, args=(child, dict(os.environ) if forked else
+                                                     None),
+                                name="mrbench-engine", daemon=False)
+        self.started_by = "preloaded fork" if forked else "spawn"
+        with build_environment(build.python if build else None,
+                               build.sys_path if build else None):
+            if forked:
+                with forked_by(preloader.server):
+                    self.proc.start()
+            else:
+                self.proc.start()
         _LIVE.add(self.proc)
         child.close()
         self.log_path = Path(os.devnull)
@@ -404,17 +404,28 @@ class HostPool:
     def __init__(self, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
         self.hosts: dict[str, EngineHost] = {}
+        self.preloaders = Preloaders()
+
+    def preloader(self, spec: SideSpec, log_dir: Path) -> Preloader | None:
+        """The preloading process `spec`'s engine processes are forked from (started now if
+        there is none: wait for it with `Preloader.wait_ready`); None where engines are
+        spawned (`MRBENCH_ENGINE_START=spawn`)."""
+        if start_method() != "preload":
+            return None
+        build = resolve(spec.build) if spec.build else None
+        return self.preloaders.get(build, get_target(spec.target), spec, log_dir)
 
     def begin_open(self, key: str, target_name: str, spec: SideSpec, options: EngineOptions,
-                   log_path: Path) -> PendingOpen:
+                   log_path: Path, preloader: Preloader | None = None) -> PendingOpen:
         """Send "open" to `key`'s engine process (a new one unless a healthy one of the same
-        build can host it) and return without waiting."""
+        build can host it: forked by `preloader` where it is ready, else spawned) and
+        return without waiting."""
         host = self.hosts.get(key)
         build = resolve(spec.build) if spec.build else None
         if host is None or not host.usable() or host.build != build:
             if host is not None:
                 host.shutdown()
-            host = self.hosts[key] = EngineHost(self.timeout_s, build)
+            host = self.hosts[key] = EngineHost(self.timeout_s, build, preloader)
         try:
             return PendingOpen(host, target_name, spec, options, log_path)
         except BaseException:
@@ -444,6 +455,7 @@ class HostPool:
     def shutdown(self) -> None:
         shutdown_all(list(self.hosts.values()))
         self.hosts = {}
+        self.preloaders.stop_all()
 
     def kill_all(self) -> None:
         """End every engine process at once: after an interrupt a host may be mid-call, and

@@ -90,3 +90,20 @@ def test_a_rebuild_whose_start_writes_again_ends_rebuilding_for_the_run(caches, 
     assert base["compile_cache_writes"] == {"triton": 1} and "rebuilt_after" not in base
     assert "no more rebuilds in this run" in err
     assert err.count("starting it again in a new process") == 1
+
+
+def test_a_cache_that_fills_in_layers_is_rebuilt_until_a_start_loads_everything(
+        caches, capsys, monkeypatch):
+    """The start that compiled wrote two files, its rebuild still one (a kernel the loading
+    path builds): that rebuild is started once more, and the start measured wrote nothing."""
+    monkeypatch.setenv("JITCACHE_LAYERED", "1")
+    one = three_gsm8k().split("  - id: b")[0]
+    manifest, err, _ = _run(caches, capsys, "--cold-engines", "rebuild", suite_text=one)
+    cand = manifest["resolved"]["a"]["candidate"]
+    start = cand["engine_start"]
+    assert start["compile_cache_writes"] == {} and cand["compiled_in_process"] == []
+    assert start["rebuilt_after"]["compile_cache_writes"] == {"triton": 1}
+    assert start["rebuilt_after"]["rebuilt_after"]["compile_cache_writes"] == {"triton": 2}
+    assert "compiled fewer kernels, but some" in err and "wrote again" not in err
+    base = manifest["resolved"]["a"]["baseline"]
+    assert base["engine_start"]["compile_cache_writes"] == {} and base["compiled_in_process"] == []

@@ -27,11 +27,20 @@ class _JitSession(BundledSession):
         if os.environ.get("JITCACHE_NEVER_HITS"):
             key = hashlib.sha256(f"{key}-{os.getpid()}".encode()).hexdigest()
         kernel = Path(os.environ["TRITON_CACHE_DIR"]) / key[:16] / "kernel.bin"
+        # JITCACHE_LAYERED: a cache that fills in layers, as vLLM 0.26's did on CUDA: the
+        # start that compiles writes the kernel and its metadata, the start that loads it
+        # builds a second kernel it had not stored, and only a third start loads everything
+        loaded_path = kernel.parent / "loaded-path.bin"
         if kernel.is_file():
             kernel.read_bytes()                      # a cache hit: loaded
+            if os.environ.get("JITCACHE_LAYERED") and not loaded_path.is_file():
+                loaded_path.write_bytes(b"\0" * 64)
+                _COMPILED_HERE.append(key[:16] + "-loaded-path")
         else:                                        # a miss: "compiled", then stored
             kernel.parent.mkdir(parents=True, exist_ok=True)
             kernel.write_bytes(b"\0" * 64)
+            if os.environ.get("JITCACHE_LAYERED"):
+                (kernel.parent / "kernel.json").write_text("{}")
             _COMPILED_HERE.append(key[:16])
         super().__init__(side, options)
 

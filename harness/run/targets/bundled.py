@@ -304,6 +304,12 @@ class BundledTarget:
     name = "bundled"
     reopen_in_process = True      # an engine process may host its sessions one after another
 
+    def preload(self, side: SideSpec) -> tuple[tuple[str, ...], dict[str, str]]:
+        """What the process engine processes are forked from imports (harness.run.preload):
+        torch and this target, as every bundled engine process does; no environment of its
+        own."""
+        return ("torch", __name__), {}
+
     def validate(self, side: SideSpec) -> None:
         if side.runner not in RUNNERS:
             raise BadInput(f"bundled target has runners {', '.join(RUNNERS)}; got {side.runner!r}")

@@ -74,6 +74,7 @@ from .vllm_args import (
     ENGINE_HOST_BYTES,
     ENGINE_OVERHEAD_BYTES,
     PD_GPUS_ENV,
+    engine_env,
     engine_key,
     installed_version,
     min_kv_bytes,
@@ -94,6 +95,18 @@ CAPABILITIES = frozenset({"dispatch_log", "pd"})   # what workloads may need
 @register("vllm")
 class VllmTarget:
     name = "vllm"
+
+    def preload(self, side: SideSpec) -> tuple[tuple[str, ...], dict[str, str]]:
+        """What the process `side`'s engine processes are forked from imports
+        (harness.run.preload), and the environment it imports them under: what every
+        engine process imports before its first `LLM(...)` (torch, `from vllm import LLM`,
+        this target's session; 23-34 s of each start on a fresh H200, 8-9 s on a 2-core CPU),
+        under the side's own engine environment (`engine_env`), which vLLM may read as it is
+        imported. Nothing an engine imports only inside `LLM(...)`: those modules depend on
+        the device and the runner, and some change torch as they load (vLLM's CPU worker
+        replaces `torch.cuda.Event`), so a module a side would not import must not be in it."""
+        return (("torch", "vllm", "vllm.entrypoints.llm", f"{__package__}.vllm_session"),
+                engine_env(side, sync_check_mode()))
 
     def validate(self, side: SideSpec) -> None:
         if side.runner not in RUNNERS:

@@ -55,6 +55,7 @@ from .vllm_args import (
     weight_bytes,
 )
 from .vllm_engine import StepWatchdog, VllmEngine
+from .vllm_model_inspection import inspection_in_fork
 
 _TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
 
@@ -141,7 +142,7 @@ class VllmSession:
         for i, (instance, role) in enumerate(roles):
             ekw = pd_engine_kwargs(kw, role, self._kv_dir) if role else kw
             try:
-                with self._placed(i):
+                with self._placed(i), inspection_in_fork():
                     self.engines[instance] = VllmEngine(instance, ekw)
             except Exception as e:
                 self.close()
