@@ -70,8 +70,11 @@ class EngineBank:
     failed: dict[BankKey, Exception] = field(default_factory=dict)   # this run's failed starts
     run: int = -1
     starts: list[dict] = field(default_factory=list)   # every start of the current run
-    # the preloading processes the current run's engines were forked from (harness.preload)
-    preloads: list[dict] = field(default_factory=list)
+    # the preloading processes of the current run (harness.preload), by log, and those whose
+    # outcome the progress log said; whether the current round's engines are forked
+    preloads: dict[Path, Preloader] = field(default_factory=dict)
+    announced: set[Path] = field(default_factory=set)
+    forking: bool = False
     used_logs: set[Path] = field(default_factory=set)  # logs of the current run's engines
     log_of: dict[BankKey, Path] = field(default_factory=dict)   # each engine's latest log
     # False once a rebuilt engine's start wrote to the caches again (a cache that does not
@@ -89,7 +92,8 @@ class EngineBank:
         self.settings = settings
         self.pool.timeout_s = settings.timeout_s
         self.run += 1
-        self.failed, self.starts, self.used_logs, self.preloads = {}, [], set(), []
+        self.failed, self.starts, self.used_logs = {}, [], set()
+        self.preloads, self.announced = {}, set()
         for r in self.resident.values():
             r.served = 0
 
@@ -119,12 +123,10 @@ class EngineBank:
             return {}
         order = {s: i for i, s in enumerate(self.settings.open_order)}
         todo.sort(key=lambda t: order.get(t[1].side, len(order)))
-        if not self.settings.in_process:    # every preloading process imports at once
-            for _, e in todo:
-                try:
-                    self.pool.preloader(e.spec, self.logs)
-                except Exception:           # noqa: BLE001 - its start says it, in its turn
-                    pass
+        try:                                # every preloading process imports at once
+            self.forking = self._fork_round(todo)
+        except Exception:                   # noqa: BLE001 - each start says it, in its turn
+            self.forking = False
         # one at a time, each engine is rebuilt before the next starts (a rebuild that
         # writes again spares the rest theirs); together, the group's rebuilds go together
         batches = [todo] if self.settings.starts_at_once > 1 else [[t] for t in todo]
@@ -268,26 +270,35 @@ class EngineBank:
             self.starts.append(rec)
         return errors
 
+    def _fork_round(self, todo: list[tuple[BankKey, PlannedEngine]]) -> bool:
+        """Whether the engines of `todo` are forked (every preloading process they need has
+        finished its imports) or all spawned. Never waited for: a start that waited for the
+        preloading process's imports took longer than one that imported its own beside the
+        others (warm, H200: 127 s for `quick` against 101 s), so the first round of a run
+        spawns while the imports run in the background, and its rebuilds and later rounds
+        fork. One way for a whole round, so that the two sides of a shape start alike."""
+        if self.settings.in_process:
+            return False
+        pres = [self.pool.preloader(e.spec, self.logs) for _, e in todo]
+        return all(p is not None and p.poll(self.pool.timeout_s) is True for p in pres)
+
     def _preloader(self, e: PlannedEngine, prog: Progress) -> Preloader | None:
-        """The preloading process `e`'s engine process is forked from, ready (None, or one
-        whose `failure` says why not, where it is spawned); its first wait is on the
-        progress log, and it goes into the run's record."""
+        """The preloading process `e`'s engine process is forked from in this round (None:
+        it is spawned), recorded for the run's manifest with what became of it."""
         pre = self.pool.preloader(e.spec, self.logs)
         if pre is None:
             return None
-        if pre.poll(self.pool.timeout_s) is None:
-            prog.side(e.side, f"importing the {e.spec.target} engine code once ({pre.label}), "
-                      "to fork its engine processes from")
-            if pre.wait_ready(self.pool.timeout_s):
-                prog.side(e.side, f"engine code imported in {pre.ready_s:.1f} s")
-        if pre.failure is not None and pre.describe() not in self.preloads:
-            prog.side(e.side, f"engine processes are spawned: the process importing their "
-                      f"code failed ({pre.failure})")
-        self.used_logs.add(pre.log)
-        rec = pre.describe()
-        if rec not in self.preloads:
-            self.preloads.append(rec)
-        return pre
+        state = pre.poll(self.pool.timeout_s)
+        if pre.log not in self.preloads:
+            self.preloads[pre.log] = pre
+            self.used_logs.add(pre.log)
+        if pre.log not in self.announced and state is not None:
+            self.announced.add(pre.log)
+            prog.side(e.side, f"{e.spec.target} engine code imported once in "
+                      f"{pre.ready_s:.1f} s ({pre.label}): engine processes are forked from it"
+                      if state else "engine processes are spawned: the process importing "
+                      f"their code failed ({pre.failure})")
+        return pre if self.forking and state else None
 
     def _rebuild(self, redo: list[tuple[BankKey, PlannedEngine]], prog: Progress,
                  attempt: int = 1) -> dict[BankKey, Exception]:
@@ -318,6 +329,10 @@ class EngineBank:
         again = [(k, e) for k, e in redo if k not in self.resident]
         if not again:
             return {}
+        try:
+            self.forking = self._fork_round(again)
+        except Exception:                   # noqa: BLE001 - each start says it, in its turn
+            self.forking = False
         errors = self._start_all(again, prog)
         more = []
         for key, e in again:

@@ -212,7 +212,8 @@ def release_engines(bank: EngineBank, own_bank: bool, executed: Executed,
             for f in sorted(bank.used_logs) if f.is_file()}
     if own_bank:
         bank.shutdown()
-    return EnginesUsed(starts=bank.starts, logs=logs, preloads=list(bank.preloads))
+    return EnginesUsed(starts=bank.starts, logs=logs,
+                       preloads=[p.describe() for p in bank.preloads.values()])
 
 
 class Recorder:
