@@ -56,6 +56,17 @@ PRELOAD_MODULE = f"{__package__}.preloading"
 _VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "_", "OLDPWD", "SHLVL", "COLUMNS", "LINES"})
 
 
+def log_to(path: str) -> None:
+    """Point this process's stdout and stderr (the fds, so native code's output too) at
+    `path`: an engine's session log, or a preloading process's log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def start_method() -> str:
     """How engine processes start: "preload" or "spawn" (`MRBENCH_ENGINE_START`)."""
     method = os.environ.get(START_ENV, "").strip().lower()
@@ -254,7 +265,7 @@ class Preloaders:
 
     def __init__(self) -> None:
         self.held: dict[tuple, Preloader] = {}
-        self.started: list[Preloader] = []      # in start order, for the run's records
+        self.count = 0                          # started so far: each log's number
 
     def get(self, build: Any, target: Any, side: Any, log_dir: Path) -> Preloader:
         """The preloading process for `side`'s engines of `target` in `build` (None: this
@@ -270,10 +281,10 @@ class Preloaders:
             label = build_label(build.path) if build is not None else "this environment"
             log_dir.mkdir(parents=True, exist_ok=True)
             log = log_dir / (f"preload-{_safe(label)}-{getattr(target, 'name', 'engine')}-"
-                             f"{len(self.started) + 1}.log")
+                             f"{self.count + 1}.log")
             held = self.held[key] = Preloader(label, modules, env, log, now)
             held.start(build.python if build else None, build.sys_path if build else None)
-            self.started.append(held)
+            self.count += 1
         return held
 
     def stop_all(self) -> None:

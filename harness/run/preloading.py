@@ -21,22 +21,13 @@ import sys
 import time
 import traceback
 
-from .preload import LOG_ENV, MAIN_ENV, MODULES_ENV, PATH_ENV, READY, STARTED, UNSAFE
-
-
-def _log_to(path: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+from .preload import LOG_ENV, MAIN_ENV, MODULES_ENV, PATH_ENV, READY, STARTED, UNSAFE, log_to
 
 
 def _preload() -> None:
     began = time.perf_counter()
     if os.environ.get(LOG_ENV):
-        _log_to(os.environ[LOG_ENV])
+        log_to(os.environ[LOG_ENV])
     if os.environ.get(PATH_ENV):
         sys.path[:] = json.loads(os.environ[PATH_ENV])
     print(f"{STARTED}: {sys.executable}, import path {sys.path[:3]}...", flush=True)

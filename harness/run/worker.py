@@ -37,7 +37,8 @@ from mrbench.contract import BadInput, EngineOptions
 from .builds import Build, resolve
 from .compile_cache import counting_writes
 from .execute import profiled_run
-from .preload import Preloader, Preloaders, build_environment, forked_by, start_method
+from .preload import (Preloader, Preloaders, build_environment, forked_by, log_to,
+                      start_method)
 from .targets import get_target
 from .targets.base import SideSpec, Unsupported
 
@@ -74,17 +75,6 @@ class RemoteError(RuntimeError):
         self.type_name, self.remote_traceback = type_name, tb
 
 
-def _log_to(path: str) -> None:
-    """Point this process's stdout and stderr (the fds, so native code's output too) at
-    `path`; each session of a reused process gets its own log."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
 def _child(conn, env: dict[str, str] | None = None) -> None:
     """The engine's process: open a session, answer its calls until it is closed, then wait
     for the next one (a target that cannot be reopened in one process says so: its process
@@ -112,7 +102,7 @@ def _child(conn, env: dict[str, str] | None = None) -> None:
             continue
         target_name, spec, options, log_path = args
         opened = time.perf_counter()
-        _log_to(log_path)
+        log_to(log_path)
         target = get_target(target_name)
         try:
             session, writes = counting_writes(lambda: target.open(spec, options))
