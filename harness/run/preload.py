@@ -19,9 +19,10 @@ What a forked engine sees must be what a spawned one would have seen:
   it only imports (vLLM itself forks its workers after importing vLLM for the same reason).
   A forked engine is as new a process as a spawned one for the compile caches.
 
-`MRBENCH_ENGINE_START=spawn` spawns every engine process as before. A preloading process that
-does not come up (it died, or did not finish its imports within the call deadline) is
-reported, stopped, and its engines are spawned instead.
+Where it pays back: engines on a GPU are forked from a preloading process, engines on the CPU
+are spawned (`start_method`). `MRBENCH_ENGINE_START=preload` or `=spawn` asks for one way
+everywhere. A preloading process that does not come up (it died, or did not finish its
+imports within the call deadline) is reported, stopped, and its engines are spawned instead.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from typing import Any
 
 from .builds import label as build_label
 
-START_ENV = "MRBENCH_ENGINE_START"      # "preload" (the default) or "spawn"
+START_ENV = "MRBENCH_ENGINE_START"      # "auto" (the default), "preload" or "spawn"
 # what a preloading process reads from its environment (harness.run.preloading), and the line
 # that ends its log once its imports are done
 LOG_ENV = "MRBENCH_PRELOAD_LOG"
@@ -67,10 +68,20 @@ def log_to(path: str) -> None:
     os.close(fd)
 
 
-def start_method() -> str:
-    """How engine processes start: "preload" or "spawn" (`MRBENCH_ENGINE_START`)."""
+def start_method(device: str) -> str:
+    """How the engine processes of a side on `device` start: "preload" or "spawn"
+    (`MRBENCH_ENGINE_START`: "preload", "spawn", or "auto", the default).
+
+    Auto preloads only for engines on a GPU. There each spawned start paid 16-34 s of imports
+    on a host with CPUs to spare, and preloading took a fresh vLLM `quick` on an H200 from
+    290 s to 172 s (docs/performance.md). On a 2-core CPU the preloading process's imports
+    compete with the first round's starts for the two cores and each forked start saves ~1 s
+    (bundled): bundled `quick` took 113.6 s preloaded against 111.6 s spawned, and CI's tests,
+    many runs of a few starts each, 380 s longer."""
     method = os.environ.get(START_ENV, "").strip().lower()
-    return "spawn" if method == "spawn" else "preload"
+    if method in ("preload", "spawn"):
+        return method
+    return "spawn" if device == "cpu" else "preload"
 
 
 def environment_key() -> tuple:

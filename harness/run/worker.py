@@ -9,9 +9,9 @@ deadline kills the child and is an `EngineTimeout`. The driver turns both into a
 failure (exit 3) and carries on.
 
 The child is forked from a preloading process that imported its code once and has no
-threads or device handles to copy half-way (harness.run.preload), or spawned
-(`MRBENCH_ENGINE_START=spawn`, or where no preloading process came up); never forked from
-the harness, whose torch holds threads. It opens the real session and answers calls; its
+threads or device handles to copy half-way (harness.run.preload), or spawned (on the CPU,
+`MRBENCH_ENGINE_START=spawn`, or where no preloading process came up); never forked from the
+harness, whose torch holds threads. It opens the real session and answers calls; its
 stdout and stderr go to a log file, because engines print (vLLM logs every load) and the
 harness's own output must stay readable. The profiled pass runs inside the child, since
 torch.profiler only sees the process it runs in.
@@ -399,8 +399,8 @@ class HostPool:
     def preloader(self, spec: SideSpec, log_dir: Path) -> Preloader | None:
         """The preloading process `spec`'s engine processes are forked from (started now if
         there is none: wait for it with `Preloader.wait_ready`); None where engines are
-        spawned (`MRBENCH_ENGINE_START=spawn`)."""
-        if start_method() != "preload":
+        spawned (`preload.start_method`: on the CPU, or `MRBENCH_ENGINE_START=spawn`)."""
+        if start_method(spec.device) != "preload":
             return None
         build = resolve(spec.build) if spec.build else None
         return self.preloaders.get(build, get_target(spec.target), spec, log_dir)

@@ -13,7 +13,7 @@ from mrbench.harness.run.worker import HostPool
 @pytest.fixture
 def pool(monkeypatch, tmp_path):
     monkeypatch.setenv("MRBENCH_TARGET_MODULES", "support.env_probe")
-    monkeypatch.delenv(preload.START_ENV, raising=False)
+    monkeypatch.setenv(preload.START_ENV, "preload")     # these engines are on the CPU
     p = HostPool(timeout_s=60)
     yield p
     p.shutdown()
@@ -63,6 +63,23 @@ def test_a_forked_engine_takes_the_harness_environment_of_its_start(pool, tmp_pa
     session, same = _open(pool, tmp_path, "b")
     assert same is pre and session.host.started_by == "preloaded fork"
     assert session.resolved()["volatile"] == "marker-for-the-child"
+
+
+def test_engines_are_preloaded_on_a_gpu_and_spawned_on_the_cpu_unless_asked(monkeypatch):
+    monkeypatch.delenv(preload.START_ENV, raising=False)
+    assert preload.start_method("cuda") == "preload"
+    assert preload.start_method("cpu") == "spawn"
+    for asked in ("spawn", "preload"):
+        monkeypatch.setenv(preload.START_ENV, asked)
+        assert preload.start_method("cuda") == preload.start_method("cpu") == asked
+    monkeypatch.setenv(preload.START_ENV, "auto")
+    assert preload.start_method("cpu") == "spawn"
+
+
+def test_cpu_engines_are_spawned_by_default(pool, tmp_path, monkeypatch):
+    monkeypatch.delenv(preload.START_ENV)
+    session, pre = _open(pool, tmp_path)
+    assert pre is None and session.host.started_by == "spawn"
 
 
 def test_spawn_on_request(pool, tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ def test_a_vllm_engine_that_compiled_is_measured_in_a_new_process_that_loaded(
         tmp_path, capsys, monkeypatch):
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT"):
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    monkeypatch.setenv("MRBENCH_ENGINE_START", "preload")   # CPU engines spawn by default
     out = tmp_path / "run"
     code = main(["run", "gsm8k", "--limit", "2", "--target", "vllm", "--candidate", "v1",
                  "--baseline", "bundled:v1", "--cold-engines", "rebuild", "--out", str(out)])
