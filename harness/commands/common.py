@@ -23,6 +23,7 @@ from ..record.study_record import Calibration, PowerStudy
 from ..record.suite import Suite, load_suite, shipped_suites, single_workload_suite
 from ..run import builds, engine_args
 from ..run.orchestrate import Isolation, Overrides
+from ..run.preload import start_method
 from ..run.targets.base import TARGETS, SideSpec
 from ..run.targets.vllm_args import PD_GPUS_ENV, parse_pd_gpus
 from ..show.formatting import fmt_num, fmt_p
@@ -127,6 +128,7 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
     (and --vllm-sync-check, which the vllm target reads from the environment). --pin-cpus
     takes effect here, on this process, before any engine process is spawned: they inherit
     it. --canary-cpu starts its canary here, before the pin."""
+    start_method(a.device)             # MRBENCH_ENGINE_START: a bad value is bad input
     if a.canary_cpu is not None:       # first: it needs a CPU outside the engines' pin
         canary.start(a.canary_cpu, a.pin_cpus)
     if a.pin_cpus:

@@ -37,6 +37,8 @@ from multiprocessing import forkserver, spawn
 from pathlib import Path
 from typing import Any
 
+from mrbench.contract import BadInput
+
 from .builds import label as build_label
 
 START_ENV = "MRBENCH_ENGINE_START"      # "auto" (the default), "preload" or "spawn"
@@ -78,8 +80,10 @@ def start_method(device: str) -> str:
     compete with the first round's starts for the two cores and each forked start saves ~1 s
     (bundled): bundled `quick` took 113.6 s preloaded against 111.6 s spawned, and CI's tests,
     many runs of a few starts each, 380 s longer."""
-    method = os.environ.get(START_ENV, "").strip().lower()
-    if method in ("preload", "spawn"):
+    method = os.environ.get(START_ENV, "").strip().lower() or "auto"
+    if method not in ("auto", "preload", "spawn"):
+        raise BadInput(f"{START_ENV}={os.environ[START_ENV]!r}: use auto, preload or spawn")
+    if method != "auto":
         return method
     return "spawn" if device == "cpu" else "preload"
 

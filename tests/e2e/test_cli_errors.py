@@ -52,6 +52,13 @@ def test_unknown_runner_and_target(capsys, out):
     assert not out.exists()
 
 
+def test_unknown_engine_start_method(capsys, out, monkeypatch):
+    monkeypatch.setenv("MRBENCH_ENGINE_START", "forkserver")
+    code, _, err = run_cli(["run", "smoke", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "MRBENCH_ENGINE_START", "forkserver", "auto, preload or spawn")
+    assert not out.exists()
+
+
 def test_bad_flags(capsys, out):
     code, _, err = run_cli(["run", "smoke", "--limit", "zero"], capsys)
     assert_bad_input(code, err, "--limit")
