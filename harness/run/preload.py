@@ -77,9 +77,10 @@ def start_method(device: str) -> str:
     Auto preloads only for engines on a GPU. There each spawned start paid 16-34 s of imports
     on a host with CPUs to spare, and preloading took a fresh vLLM `quick` on an H200 from
     290 s to 172 s (docs/performance.md). On a 2-core CPU the preloading process's imports
-    compete with the first round's starts for the two cores and each forked start saves ~1 s
-    (bundled): bundled `quick` took 113.6 s preloaded against 111.6 s spawned, and CI's tests,
-    many runs of a few starts each, 380 s longer."""
+    compete with the first starts for the two cores, and a bundled run starts one process a
+    side (its processes host one session after another) before it is ready: bundled `quick`
+    took 113.6 s with a preloading process against 111.6 s without, and CI's tests, many runs
+    of a few starts each, 380 s longer."""
     method = os.environ.get(START_ENV, "").strip().lower() or "auto"
     if method not in ("auto", "preload", "spawn"):
         raise BadInput(f"{START_ENV}={os.environ[START_ENV]!r}: use auto, preload or spawn")
