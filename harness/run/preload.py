@@ -74,13 +74,12 @@ def start_method(device: str) -> str:
     """How the engine processes of a side on `device` start: "preload" or "spawn"
     (`MRBENCH_ENGINE_START`: "preload", "spawn", or "auto", the default).
 
-    Auto preloads only for engines on a GPU. There each spawned start paid 16-34 s of imports
-    on a host with CPUs to spare, and preloading took a fresh vLLM `quick` on an H200 from
-    290 s to 172 s (docs/performance.md). On a 2-core CPU the preloading process's imports
-    compete with the first starts for the two cores, and a bundled run starts one process a
-    side (its processes host one session after another) before it is ready: bundled `quick`
-    took 113.6 s with a preloading process against 111.6 s without, and CI's tests, many runs
-    of a few starts each, 380 s longer."""
+    Auto preloads only for engines on a GPU, where each spawned start paid its imports on a
+    host with CPUs to spare. On a few CPU cores the preloading process's imports compete
+    with the first starts, and a bundled run starts only one process a side (it hosts one
+    session after another), before the preloading process is ready: nothing is forked and
+    the imports are all cost. The measurements: docs/performance.md, "Preloaded engine
+    processes"."""
     method = os.environ.get(START_ENV, "").strip().lower() or "auto"
     if method not in ("auto", "preload", "spawn"):
         raise BadInput(f"{START_ENV}={os.environ[START_ENV]!r}: use auto, preload or spawn")
