@@ -236,3 +236,61 @@ def test_a_helpers_long_wait_does_not_take_the_engines_runtime_calls():
     rows = count_per_step(ev, phases.STEP_LABEL, L, "cuda")
     assert [(r["syncs_prepare"], r["syncs_output"]) for r in rows] == [(1, 0)] * 4
     assert [r["events_sample"] for r in rows] == [1] * 4
+
+
+# --- the GPU's timeline: copies of labelled ranges are not host ranges ------------------
+
+class _KinetoEvent:
+    def __init__(self, name, t0, t1, nbytes, tid, device):
+        self._e = (name, t0, t1, nbytes, tid)
+        self._device = device
+
+    def name(self): return self._e[0]
+    def start_ns(self): return self._e[1]
+    def end_ns(self): return self._e[2]
+    def nbytes(self): return self._e[3]
+    def start_thread_id(self): return self._e[4]
+    def device_type(self): return self._device
+
+
+def _one_thread_trace_with_gpu_copies(steps=6, late=(1, 4)):
+    """One engine thread (vLLM 0.26's single-process executor waits for the output on the
+    engine's own thread). The profiler also records the GPU's copy of each labelled range
+    that launched work, under the same name and thread; in the `late` steps the GPU's copy
+    of the next step's `sample` starts while the host waits for this step's output."""
+    from torch.autograd import DeviceType
+    CPU, GPU = DeviceType.CPU, DeviceType.CUDA
+    ev = []
+    for i in range(steps):
+        s = i * 1000
+        ev += [(phases.STEP_LABEL, s, s + 950, 0, ENGINE, CPU),
+               (L["prepare"], s + 10, s + 200, 0, ENGINE, CPU),
+               (L["sample"], s + 510, s + 700, 0, ENGINE, CPU),
+               ("aten::argmax", s + 520, s + 530, 0, ENGINE, CPU),
+               (L["output"], s + 800, s + 900, 0, ENGINE, CPU),
+               ("cudaEventSynchronize", s + 810, s + 890, 0, ENGINE, CPU),
+               ("[memory]", s + 20, s + 20, 512, ENGINE, GPU),     # a GPU allocation's record
+               ("void sampling_kernel<float>", s + 600, s + 640, 0, 0, GPU)]
+        g = (s + 805, s + 895) if i in late else (s + 560, s + 620)    # the GPU's `sample`
+        ev.append((L["sample"], *g, 0, ENGINE, GPU))
+    return [_KinetoEvent(*e) for e in ev]
+
+
+def test_the_gpus_copy_of_a_phase_does_not_take_the_hosts_output_wait():
+    from types import SimpleNamespace
+
+    from mrbench.harness.measure.profiler import _raw_events
+    kineto = _one_thread_trace_with_gpu_copies()
+    prof = SimpleNamespace(profiler=SimpleNamespace(
+        kineto_results=SimpleNamespace(events=lambda: kineto)))
+    kept = _raw_events(prof)
+    names = [e[0] for e in kept]
+    assert names.count(L["sample"]) == 6 and "void sampling_kernel<float>" not in names
+    assert names.count("[memory]") == 6                 # allocations kept, whatever device
+    rows = count_per_step(kept, phases.STEP_LABEL, L, "cuda")
+    assert [(r["syncs_output"], r["syncs_sample"]) for r in rows] == [(1, 0)] * 6
+    assert [r["allocs"] for r in rows] == [1] * 6
+    # read as host ranges, the GPU's copies took the wait in the late steps
+    everything = [k._e for k in kineto]
+    rows = count_per_step(everything, phases.STEP_LABEL, L, "cuda")
+    assert [r["syncs_sample"] for r in rows] == [0, 1, 0, 0, 1, 0]
