@@ -82,6 +82,16 @@ def flagged(summary: RunSummary) -> list[str]:
     return sorted(check_name(c) for c in summary.checks if c.verdict == Verdict.REGRESSION)
 
 
+def fault_run(summary: RunSummary, code: int, run_dir: str,
+              false_alarms: set[str]) -> FaultRun:
+    """One fault's run judged against the clean run's: a check that flagged the clean run
+    too (`false_alarms`) cannot show the fault, so it is kept apart and catches nothing."""
+    hits = flagged(summary)
+    by = [c for c in hits if c not in false_alarms]
+    return FaultRun(caught=bool(by), by=by, alarmed_clean=[c for c in hits if c in false_alarms],
+                    verdict=summary.verdict, exit=code, failures=summary.failures, dir=run_dir)
+
+
 class _Campaign:
     """A hidden directory that becomes `out` only when every run in it is done, and the
     engines its runs share: while a run leaves both sides of a shape unchanged (an A/A
@@ -143,12 +153,12 @@ def fault_matrix(suite: Suite, base: SideSpec, cand: SideSpec, faults: list[str]
     `not_run`, the target's faults left out (nothing to catch)."""
     def body(camp: _Campaign) -> FaultMatrix:
         clean, code = camp.run("clean", suite, base, replace(cand, faults=()), overrides, log)
+        false_alarms = set(flagged(clean))
         runs: dict[str, FaultRun] = {}
         for f in faults:
             d = run_dir_name(f)
             s, code_f = camp.run(d, suite, base, replace(cand, faults=(f,)), overrides, log)
-            runs[f] = FaultRun(caught=bool(flagged(s)), by=flagged(s), verdict=s.verdict,
-                               exit=code_f, failures=s.failures, dir=d)
+            runs[f] = fault_run(s, code_f, d, false_alarms)
         return FaultMatrix(
             suite=suite.name, target=clean.target, baseline=clean.baseline,
             candidate=clean.candidate,

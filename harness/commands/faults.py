@@ -35,7 +35,9 @@ def main(a: argparse.Namespace) -> int:
             by = ", ".join(r.by) if r.by else "-"
             why = f" ({r.failures[0].side}: {r.failures[0].error[:160]})" \
                 if r.status == FaultStatus.NOT_MEASURED else ""
-            print(f"{name:<26} {r.status.upper() if r.caught else r.status}  by {by}{why}")
+            also = (f" (not counted, they alarmed clean too: {', '.join(r.alarmed_clean)})"
+                    if r.alarmed_clean else "")
+            print(f"{name:<26} {r.status.upper() if r.caught else r.status}  by {by}{why}{also}")
         for name, why in res.not_run.items():
             print(f"{name:<26} not run: nothing to catch on vLLM {info.get('installed')}: "
                   f"{why} (name it with --fault to run it)")

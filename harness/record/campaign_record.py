@@ -78,12 +78,15 @@ class CleanRun(_Record):
 
 class FaultRun(_Record):
     """The suite with one fault (or ruler setting) on the candidate: the checks that
-    flagged it (`by`), and the run's directory inside the campaign (`dir`)."""
+    flagged it (`by`), and the run's directory inside the campaign (`dir`). A check that
+    flagged the clean run too shows nothing about the fault: it is listed apart
+    (`alarmed_clean`) and never counts as a catch."""
 
     omit_none = frozenset({"dir"})
 
     caught: bool
     by: list[str] = []
+    alarmed_clean: list[str] = []
     verdict: RunVerdict
     exit: int
     failures: list[Failure] = []

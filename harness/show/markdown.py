@@ -45,5 +45,7 @@ def faults_markdown(camp_dir: Path) -> str:
              "| fault | caught | by |", "|---|---|---|"]
     for name, r in res.faults.items():
         lines.append(f"| {name} | {'yes' if r.caught else '**' + r.status + '**'} | "
-                     f"{', '.join(r.by) or '-'} |")
+                     f"{', '.join(r.by) or '-'}"
+                     + (f" (not counted, alarmed clean too: {', '.join(r.alarmed_clean)})"
+                        if r.alarmed_clean else "") + " |")
     return "\n".join(lines) + "\n"

@@ -56,3 +56,31 @@ def test_the_matrix_reads_back_as_written_and_refuses_what_is_not_one(tmp_path):
     (tmp_path / "faults.json").write_text(json.dumps(dict(suite="q", clean={}, faults={})))
     with pytest.raises(BadInput, match="faults.json is not a fault matrix .clean.verdict"):
         read_fault_matrix(tmp_path)
+
+
+def test_a_check_that_alarmed_clean_does_not_catch_a_fault():
+    """The clean run's false alarms cannot show a fault: a fault run flagged only where the
+    clean run was flagged too is a miss, and those checks are listed apart (seen on vLLM
+    0.26: V2 with FlashInfer syncs every step, so `syncs_per_step` alarmed clean and with
+    a fault alike)."""
+    from mrbench.harness.campaigns.campaign import fault_run
+    from mrbench.harness.record.run_record import RunSummary
+
+    def summary(*regressed):
+        checks = [dict(workload=w, metric=m, verdict="regression") for w, m in
+                  (c.split("/") for c in regressed)]
+        checks.append(dict(workload="gsm8k", metric="token_agreement", verdict="pass"))
+        return RunSummary.model_validate(dict(verdict="regression" if regressed else "pass",
+                                              checks=checks))
+    alarms = {"gsm8k@FLASHINFER/syncs_per_step"}
+    only_old = fault_run(summary("gsm8k@FLASHINFER/syncs_per_step"), 1, "f", alarms)
+    assert (only_old.caught, only_old.status, only_old.by) == (False, "missed", [])
+    assert only_old.alarmed_clean == ["gsm8k@FLASHINFER/syncs_per_step"]
+    new = fault_run(summary("gsm8k@FLASHINFER/syncs_per_step",
+                            "gsm8k@FLASHINFER/token_agreement"), 1, "f", alarms)
+    assert (new.caught, new.by) == (True, ["gsm8k@FLASHINFER/token_agreement"])
+    m = FaultMatrix.model_validate(dict(
+        suite="backends", clean=dict(verdict="regression", false_alarms=1,
+                                     flagged=sorted(alarms), exit=1),
+        faults={"flashinfer-pinned-buffers": only_old.to_json_dict()}))
+    assert FaultMatrix.model_validate(m.to_json_dict()) == m
