@@ -41,5 +41,6 @@ def main(a: argparse.Namespace) -> int:
         print(f"  {n:<24} vLLM PR {f['vllm_pr']}: {f['bug_class']}")
     print("vllm faults (--target vllm --candidate v2 --fault NAME; the vLLM release named):")
     for n, vf in VLLM_FAULTS.items():
-        print(f"  {n:<24} vLLM PR {vf.pr}, vLLM {', '.join(vf.versions)}: {vf.what}")
+        only = f" (not in the default matrix; reached only by {vf.coverage})" if vf.coverage else ""
+        print(f"  {n:<24} vLLM PR {vf.pr}, vLLM {', '.join(vf.versions)}: {vf.what}{only}")
     return EXIT_PASS

@@ -246,7 +246,7 @@ def test_a_vllm_fault_is_refused_for_a_release_it_was_not_written_for():
 def test_a_fault_with_nothing_to_catch_on_the_release_is_left_out_of_the_default_matrix():
     """39833's surviving line changes nothing on 0.26: `faults` leaves it out unless named,
     and says why, rather than reporting a miss it could never catch."""
-    assert set(vllm_faults.inert("0.26.0")) == {"stale-slot-state"}
+    assert set(vllm_faults.inert("0.26.0")) == {"stale-slot-state", "flashinfer-pinned-buffers"}
     assert "first step is never a decode" in vllm_faults.inert("0.26.0")["stale-slot-state"]
     assert vllm_faults.inert("0.25.0") == {} and vllm_faults.inert(None) == {}
 
@@ -282,6 +282,39 @@ def test_a_fault_patch_replaces_exactly_one_line_or_refuses(tmp_path, monkeypatc
     missing = vllm_faults.SourcePatch("toy_runner_mod", "Runner.step", old="nope", new="x")
     with pytest.raises(ValueError, match="found 0 times"):
         vllm_faults._apply_patch(missing)
+
+
+def test_a_fault_patch_of_a_method_that_calls_super_keeps_its_class(tmp_path, monkeypatch):
+    """A constructor that calls zero-argument super() closes over its class (FlashInfer's
+    metadata builder, PR 32799's line): the recompiled method keeps that cell, so super()
+    and private-name mangling work as before the patch."""
+    (tmp_path / "toy_builder_mod.py").write_text(
+        "PIN = True\n\n\nclass Base:\n    def __init__(self, n):\n        self.n = n\n\n\n"
+        "class Builder(Base):\n    def __init__(self, n, v2=False):\n"
+        "        super().__init__(n)\n        self.__kind = 'builder'\n"
+        "        self.pin = not v2 and PIN\n\n    def kind(self):\n"
+        "        return self.__kind\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import toy_builder_mod as m
+    assert m.Builder(3, v2=True).pin is False
+    vllm_faults._apply_patch(vllm_faults.SourcePatch(
+        "toy_builder_mod", "Builder.__init__", old="self.pin = not v2 and PIN",
+        new="self.pin = PIN  # the pre-fix line"))
+    b = m.Builder(3, v2=True)
+    assert (b.pin, b.n, b.kind()) == (True, 3, "builder")
+    assert m.Builder.__init__.__qualname__ == "Builder.__init__"
+
+
+def test_a_coverage_fault_is_named_not_in_the_default_matrix():
+    """A vLLM fault that only a coverage entry reaches (FlashInfer's builder: the
+    `backends` suite) is left out of `faults`'s default list, as the bundled coverage
+    faults are, and says which entries reach it."""
+    from mrbench.harness.run.targets.vllm import VllmTarget
+    info = VllmTarget().info()
+    assert "flashinfer-pinned-buffers" in info["coverage_faults"]
+    assert "flashinfer-pinned-buffers" not in info["faults"]
+    assert "FLASHINFER" in info["coverage_faults"]["flashinfer-pinned-buffers"]
+    assert {"seq-lens-sync", "mirror-increment"} <= set(info["faults"])
 
 
 @pytest.mark.skipif(installed_version() != "0.26.0", reason="the vllm faults are written "

@@ -218,7 +218,10 @@ class VllmTarget:
 
     def info(self) -> dict[str, Any]:
         installed = installed_version()
-        return dict(runners=list(RUNNERS), faults=sorted(vllm_faults.FAULTS),
+        coverage = vllm_faults.coverage_faults()       # run only when named, like inert
+        return dict(runners=list(RUNNERS),
+                    faults=sorted(set(vllm_faults.FAULTS) - set(coverage)),
+                    coverage_faults=coverage,
                     inert=vllm_faults.inert(installed), installed=installed,
                     notes="v2 needs CUDA; faults need the vLLM release they were written "
                           "for (v2 only); the slow-step:PCT ruler runs on either runner; "

@@ -18,6 +18,7 @@ import inspect
 import itertools
 import linecache
 import textwrap
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,10 @@ class VllmFault:
     # releases where the patch applies but leaves nothing to catch, and why: `faults` runs
     # such a fault only when asked by name, and says so
     inert: tuple[tuple[str, str], ...] = ()
+    # the entries that reach the code it changes, where those are not `quick`'s (a feature
+    # a coverage suite exercises, such as one attention backend): `faults` runs it only
+    # when named, as the bundled target's coverage faults
+    coverage: str = ""
 
     def inert_on(self, release: str | None) -> str | None:
         """Why this fault has nothing to catch on `release`, or None."""
@@ -126,10 +131,34 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
             new="prompt_len = 2  # mrbench fault warmup-short-prefill (vLLM PR 40746 "
                 "reverted): a valid decode query when k = 1",
             rebind=("vllm.v1.worker.gpu_worker",)),)),
+    VllmFault(
+        "flashinfer-pinned-buffers", 32799,
+        "FlashInfer's metadata builder pins its reused host buffers under V2 again: V2 never "
+        "waits for a step's copies to the GPU, so step N+1 can rewrite a pinned buffer "
+        "(page table pointers, last page lengths) before step N's asynchronous copy of it "
+        "has run",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.attention.backends.flashinfer", "FlashInferMetadataBuilder.__init__",
+            old="self.pin_memory = not vllm_config.use_v2_model_runner and PIN_MEMORY",
+            new="self.pin_memory = PIN_MEMORY  # mrbench fault flashinfer-pinned-buffers "
+                "(vLLM PR 32799 reverted): reused buffers pinned under V2 too"),),
+        coverage="the FLASHINFER entries of `backends` (`backends:ENTRY@FLASHINFER`): no other "
+                 "entry builds FlashInfer's metadata",
+        inert=(("0.26.0", "with the buffers pinned, V2's tokens, syncs and ops on both "
+                "FLASHINFER entries were those of the clean run (llama-1b, H200, one run); "
+                "the engine waits for step N-1's output before it schedules step N+1, and "
+                "step N's copies follow N-1's sampling on the GPU (docs/coverage.md, "
+                "\"Attention backends\")"),)),
 )}
 
 
 _serial = itertools.count(1)
+
+
+def coverage_faults() -> dict[str, str]:
+    """{fault: the entries that reach it} for the faults `faults` runs only when named."""
+    return {n: f.coverage for n, f in FAULTS.items() if f.coverage}
 
 
 def inert(installed: str | None) -> dict[str, str]:
@@ -173,24 +202,44 @@ def patched_source(source: str, p: SourcePatch) -> str:
 
 def _apply_patch(p: SourcePatch) -> None:
     owner, name, fn = _owner_and_function(p)
-    code = fn.__code__
-    if code.co_freevars:                # closures (zero-argument super()) cannot be rebuilt
-        raise ValueError(f"{p.qualname} uses closure variables {code.co_freevars}; "
-                         "it cannot be recompiled from source")
-    src = textwrap.dedent(inspect.getsource(fn))
-    new_src = patched_source(src, p)
-    # a file name of its own, its text in linecache: tracebacks and sync-check warnings
-    # show the patched line, and a second patch of the same function can read it back
-    filename = f"<mrbench fault: {p.qualname} #{next(_serial)}>"
-    linecache.cache[filename] = (len(new_src), None, new_src.splitlines(True), filename)
-    ns: dict[str, Any] = {}
-    exec(compile(new_src, filename, "exec"), fn.__globals__, ns)
-    setattr(owner, name, ns[name])
+    new_fn = _recompiled(fn, patched_source(textwrap.dedent(inspect.getsource(fn)), p),
+                         f"<mrbench fault: {p.qualname} #{next(_serial)}>")
+    setattr(owner, name, new_fn)
     for mod in p.rebind:
         m = importlib.import_module(mod)
         if getattr(m, name, None) is None:
             raise ValueError(f"{p.qualname}: {mod} has no {name} to rebind")
-        setattr(m, name, ns[name])
+        setattr(m, name, new_fn)
+
+
+def _recompiled(fn: Any, new_src: str, filename: str) -> Any:
+    """`fn` compiled again from `new_src`, in its module's namespace, with its own defaults
+    and closure cells. A method that calls zero-argument `super()` closes over `__class__`:
+    its source is compiled in a class body of its own class's name (so private names mangle
+    as before), and the code object so made is given the original's cells, so `super()`
+    still finds the real class. Other closures are refused."""
+    frees = fn.__code__.co_freevars
+    if frees not in ((), ("__class__",)):
+        raise ValueError(f"{fn.__qualname__} closes over {frees}; only a method's "
+                         "__class__ (zero-argument super()) can be given back")
+    owner_name = fn.__qualname__.rsplit(".", 1)[0] if frees else ""
+    owner_name = owner_name.rsplit(".", 1)[-1]
+    src = (f"class {owner_name}:\n{textwrap.indent(new_src, '    ')}" if frees else new_src)
+    # a file name of its own, its text in linecache: tracebacks and sync-check warnings
+    # show the patched line, and a second patch of the same function can read it back
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    ns: dict[str, Any] = {}
+    exec(compile(src, filename, "exec"), fn.__globals__, ns)
+    if not frees:
+        return ns[fn.__name__]
+    made = ns[owner_name].__dict__[fn.__name__]
+    code = getattr(made, "__func__", made).__code__
+    new_fn = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__,
+                                fn.__closure__)
+    new_fn.__kwdefaults__ = fn.__kwdefaults__
+    new_fn.__qualname__ = fn.__qualname__
+    new_fn.__dict__.update(fn.__dict__)
+    return new_fn
 
 
 _APPLIED: set[str] = set()      # the faults patched in this process (a forked worker
