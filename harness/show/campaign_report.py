@@ -21,7 +21,9 @@ from .html import environment, fig_to_data_uri, write_atomic
 def _matrix(res: FaultMatrix) -> dict:
     runs = [("clean", res.clean), *res.faults.items()]
     hits_of = {name: set(r.flagged if isinstance(r, CleanRun) else r.by) for name, r in runs}
-    cols = sorted(set().union(*hits_of.values()))
+    # a fault run's alarm on a check that alarmed clean too: shown, never counted
+    also_of = {name: set(getattr(r, "alarmed_clean", [])) for name, r in runs}
+    cols = sorted(set().union(*hits_of.values(), *also_of.values()))
     rows = []
     for name, r in runs:
         hits = hits_of[name]
@@ -31,7 +33,8 @@ def _matrix(res: FaultMatrix) -> dict:
             good, link = bool(hits), r.dir or name
             status = "caught" if good else r.status.upper()
         rows.append(dict(name=name, status=status, good=good, link=f"{link}/report.html",
-                         hits=[c in hits for c in cols]))
+                         hits=["hit" if c in hits else "also" if c in also_of[name] else "miss"
+                               for c in cols]))
     return dict(columns=cols, rows=rows, not_run=res.not_run)
 
 

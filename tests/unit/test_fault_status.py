@@ -84,3 +84,26 @@ def test_a_check_that_alarmed_clean_does_not_catch_a_fault():
                                      flagged=sorted(alarms), exit=1),
         faults={"flashinfer-pinned-buffers": only_old.to_json_dict()}))
     assert FaultMatrix.model_validate(m.to_json_dict()) == m
+
+
+def test_the_report_shows_a_clean_alarm_apart_in_the_fault_row(tmp_path):
+    from mrbench.harness.show.campaign_report import render_campaign
+    res = FaultMatrix.model_validate(dict(
+        suite="backends", clean=dict(verdict="regression", false_alarms=1,
+                                     flagged=["g@FLASHINFER/syncs_per_step"], exit=1),
+        faults={"flashinfer-pinned-buffers": dict(
+            caught=False, by=[], alarmed_clean=["g@FLASHINFER/syncs_per_step"],
+            verdict="regression", exit=1, dir="flashinfer-pinned-buffers")}))
+    rows = {r["name"]: r for r in _matrix(res)["rows"]}
+    assert rows["clean"]["hits"] == ["hit"]
+    assert rows["flashinfer-pinned-buffers"]["hits"] == ["also"]
+    assert rows["flashinfer-pinned-buffers"]["status"] == "MISSED"
+    html = render_campaign(tmp_path, "faults", res).read_text()
+    assert 'class="also" title="alarmed in the clean run too: not counted"' in html
+    md = faults_markdown_of(tmp_path, res)
+    assert "not counted, alarmed clean too: g@FLASHINFER/syncs_per_step" in md
+
+
+def faults_markdown_of(tmp_path, res) -> str:
+    (tmp_path / "faults.json").write_text(json.dumps(res.to_json_dict()))
+    return faults_markdown(tmp_path)
