@@ -31,7 +31,12 @@ def ranks_of(*sides: SideResult) -> list[int]:
 
 def on_rank(side: SideResult, rank: int) -> SideResult:
     """The side as one rank saw it: its profile rows of that rank only (none: the rank
-    counted nothing, and its checks say "not measured")."""
+    counted nothing, and its checks say "not measured"). A side whose runner ran in one
+    process (no row has a rank: the bundled runner, or vLLM at tensor_parallel_size 1
+    against a side at 2) is the same runner for every rank of the other side, so each rank
+    is held against the whole of it."""
+    if side.profile and not any("rank" in r for r in side.profile):
+        return side
     return replace(side, profile=[r for r in side.profile if r.get("rank") == rank])
 
 

@@ -251,13 +251,13 @@ def test_a_bad_engine_arg_for_vllm_is_one_line_and_nothing_starts(tmp_path, caps
 
 
 def test_tensor_parallel_runs_and_other_ranks_are_unsupported_here_before_any_start():
-    """Tensor-parallel ranks are measured in their workers (vllm_ranks); pipeline and data
-    parallel ranks, a PD pair with TP and warmup coverage at TP are not, and say so before
+    """Tensor-parallel ranks are measured in their workers (vllm_ranks), a PD pair's too;
+    pipeline and data parallel ranks and warmup coverage at TP are not, and say so before
     an engine starts, never a run that measured the engine's process as the runner's."""
     side = SideSpec("v2", device="cuda", target="vllm")
     tp2 = EngineOptions(engine_args=FrozenArgs(tensor_parallel_size=2))
     assert unsupported_reason(side, tp2) is None
-    assert "PD pair" in unsupported_reason(side, replace(tp2, pd_disagg=True))
+    assert unsupported_reason(side, replace(tp2, pd_disagg=True)) is None
     assert "dispatch classes" in unsupported_reason(side, tp2, frozenset({"dispatch_log"}))
     cli = SideSpec("v2", device="cuda", target="vllm",
                    engine_args=FrozenArgs(pipeline_parallel_size=2))
@@ -305,6 +305,8 @@ def test_a_pd_pair_on_two_gpus_puts_each_runner_in_its_own_worker(monkeypatch):
     assert not runners_in_workers(side, EngineOptions())            # colocated: as it was
     uni = replace(pd, engine_args=FrozenArgs(distributed_executor_backend="uni"))
     assert "--pd-gpus" in unsupported_reason(side, uni)
+    tp2 = replace(pd, engine_args=FrozenArgs(tensor_parallel_size=2))
+    assert "one GPU" in unsupported_reason(side, tp2)      # each engine gets one GPU there
     assert parse_pd_gpus("0,1") == (0, 1) and parse_pd_gpus(" 3, 2") == (3, 2)
     assert pd_instance_gpu(1, "4,6") == "6" and pd_instance_gpu(1, None) == "1"
     for bad in ("0", "0,0", "a,1", "0,1,2", "-1,0"):

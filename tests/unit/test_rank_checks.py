@@ -59,3 +59,17 @@ def test_one_runner_keeps_its_plain_names_and_its_reference():
     ranked = {c.metric for c in compare("w", _side(_rows(0), _rows(1)),
                                         _side(_rows(0), _rows(1)), TH)}
     assert not any(m.startswith("ops_vs_reference") for m in ranked)
+
+
+def test_a_side_in_one_process_is_held_against_every_rank_of_the_other():
+    """vLLM at tensor_parallel_size 2 against the bundled runner (or vLLM at 1): the
+    one-process side has no rank rows; each rank is judged against the whole of it, not
+    "not measured" for a rank it never had."""
+    def one(**kw):
+        return _side([{k: v for k, v in r.items() if k != "rank"} for r in _rows(0, **kw)])
+    checks = _verdicts(compare("w", one(), _side(_rows(0), _rows(1)), TH))
+    assert checks["syncs_per_step[rank0]"] == checks["syncs_per_step[rank1]"] == "pass"
+    assert checks["ops_per_step[rank0]"] == checks["ops_per_step[rank1]"] == "info"
+    bad = _verdicts(compare("w", one(), _side(_rows(0), _rows(1, syncs_prepare=1)), TH))
+    assert bad["syncs_per_step[rank1]"] == "regression"
+    assert bad["syncs_per_step[rank0]"] == "pass"

@@ -44,3 +44,37 @@ def test_two_ranks_are_each_counted_and_judged(tmp_path, capsys):
     assert tp["size"] == 2 and len(pids) == 2 and os.getpid() not in pids
     assert [r["rank"] for r in tp["ranks"]] == [0, 1]
     assert all(not r["missing"] for r in tp["ranks"]), tp
+
+
+PD_TP_SUITE = """name: pd-tp-cpu
+workloads:
+  - id: gsm8k-pd
+    workload: gsm8k
+    params: {mode: pd, limit: 8, max_num_seqs: 2, wave_size: 4, profile_limit: 4,
+             max_tokens: 48, max_num_batched_tokens: 512}
+"""
+
+
+@needs_vllm
+def test_a_pd_pair_at_two_ranks_moves_each_ranks_kv(tmp_path, capsys):
+    """A PD pair whose engines each run two tensor-parallel ranks: each rank stores and
+    loads its own shard of a layer's KV (vllm_kv_connector), so the decode engine's tokens
+    are the bundled PD pair's. Under the example connector's one file per layer the ranks
+    overwrote each other's shard: parity 0.48 in one CPU run."""
+    suite = tmp_path / "pd-tp.yaml"
+    suite.write_text(PD_TP_SUITE)
+    out = tmp_path / "run"
+    code = main(["run", str(suite), "--target", "vllm", "--candidate", "v1",
+                 "--baseline", "bundled:v1", "--engine-arg", "candidate:tensor_parallel_size=2",
+                 "--out", str(out)])
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["verdict"] == "pass", summary["failures"]
+    checks = {c["metric"]: c for c in summary["checks"] if c["workload"] == "gsm8k-pd"}
+    assert checks["cross_engine_parity"]["candidate"] == 1.0
+    for rank in (0, 1):          # each rank against the bundled pair's one runner
+        assert checks[f"syncs_per_step[rank{rank}]"]["verdict"] == "pass"
+    counters = summary["metrics"]["gsm8k-pd"]["candidate"]
+    assert counters["pd_requests"] == 8 and counters["pd_kv_loaded_tokens"] > 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["resolved"]["gsm8k-pd"]["candidate"]["tensor_parallel"]["size"] == 2

@@ -247,10 +247,10 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
         return ("--pd-gpus gives each runner of a PD pair a GPU of its own in a worker "
                 "process; distributed_executor_backend=uni keeps both in the side's process "
                 "(unsupported here)")
-    if tensor_parallel(side, options) > 1 and options.pd_disagg:
-        return ("a PD pair with tensor_parallel_size > 1: vLLM's example connector names "
-                "its KV files by layer, not by rank, so the ranks would write over each "
-                "other's KV (unsupported here)")
+    if options.pd_disagg and pd_gpus() and tensor_parallel(side, options) > 1:
+        return ("--pd-gpus gives each engine of a PD pair one GPU; tensor_parallel_size="
+                f"{tensor_parallel(side, options)} needs that many per engine (unsupported "
+                "here)")
     if runners_in_workers(side, options) and "dispatch_log" in needs:
         return ("warmup coverage reads the CUDA-graph dispatch classes in the engine's "
                 "process; with tensor_parallel_size > 1 or distributed_executor_backend=mp "

@@ -13,6 +13,8 @@ last prompt token excluded) to files under a shared directory; the decode engine
 loads them into the blocks it allocated and computes only the prompt's tail.
 
 What the subclass adds, and nothing else:
+- Under tensor parallelism each rank stores and loads its own file per layer (the example
+  names one file per layer, so the ranks' shards would overwrite each other).
 - The prefill engine (`kv_producer`) never loads: vLLM's example also matches on the
   producer, so a prompt seen before would skip its prefill there, and a repeated wave would
   time a prefill that did not run.
@@ -42,6 +44,10 @@ import time
 from typing import Any
 
 import torch
+from vllm.distributed.parallel_state import (
+    get_tensor_model_parallel_rank,
+    get_tensor_model_parallel_world_size,
+)
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
     ExampleConnector,
     align_to_block_size,
@@ -106,6 +112,19 @@ class MrbenchExampleConnector(ExampleConnector):
         return os.path.exists(folder)
 
     # -- worker side ---------------------------------------------------------------------
+    def _generate_filename_debug(self, layer_name: str, token_ids: torch.Tensor,
+                                 mm_hashes: list[str]) -> str:
+        """The example's file for a layer's KV, one per tensor-parallel rank: each rank
+        holds its own heads of a layer, and under the example's one name per layer the
+        ranks would write over each other's shard (the decode engine must then run the
+        same tensor-parallel size, which a PD pair's two engines do)."""
+        path = super()._generate_filename_debug(layer_name, token_ids, mm_hashes)
+        ranks = get_tensor_model_parallel_world_size()
+        if ranks == 1:
+            return path
+        stem, ext = os.path.splitext(path)
+        return f"{stem}.tp{get_tensor_model_parallel_rank()}-of-{ranks}{ext}"
+
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         self._timed(super().start_load_kv, forward_context, **kwargs)
 
