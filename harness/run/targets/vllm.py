@@ -221,7 +221,7 @@ class VllmTarget:
         coverage = vllm_faults.coverage_faults()       # run only when named, like inert
         return dict(runners=list(RUNNERS),
                     faults=sorted(set(vllm_faults.FAULTS) - set(coverage)),
-                    coverage_faults=coverage,
+                    coverage_faults=sorted(coverage),
                     inert=vllm_faults.inert(installed), installed=installed,
                     notes="v2 needs CUDA; faults need the vLLM release they were written "
                           "for (v2 only); the slow-step:PCT ruler runs on either runner; "

@@ -222,8 +222,7 @@ def _recompiled(fn: Any, new_src: str, filename: str) -> Any:
     if frees not in ((), ("__class__",)):
         raise ValueError(f"{fn.__qualname__} closes over {frees}; only a method's "
                          "__class__ (zero-argument super()) can be given back")
-    owner_name = fn.__qualname__.rsplit(".", 1)[0] if frees else ""
-    owner_name = owner_name.rsplit(".", 1)[-1]
+    owner_name = fn.__qualname__.split(".")[-2] if frees else ""
     src = (f"class {owner_name}:\n{textwrap.indent(new_src, '    ')}" if frees else new_src)
     # a file name of its own, its text in linecache: tracebacks and sync-check warnings
     # show the patched line, and a second patch of the same function can read it back
