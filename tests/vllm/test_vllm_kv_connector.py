@@ -20,8 +20,8 @@ BS = 16
 
 
 def _connector(cls, store):
-    c = object.__new__(cls)               # the matching needs only these two fields
-    c._block_size, c._storage_path = BS, str(store)
+    c = object.__new__(cls)               # the matching needs only these fields
+    c._block_size, c._storage_path, c._tp_ranks = BS, str(store), 1
     return c
 
 
@@ -65,3 +65,21 @@ def test_the_match_key_is_the_store_key_for_every_length(tmp_path, n):
     assert not c._found_match_for_prompt(prompt, [])
     _store(c, prompt)
     assert c._found_match_for_prompt(prompt, [])
+
+
+@needs_vllm
+def test_each_tensor_parallel_rank_has_its_own_file_per_layer(tmp_path, monkeypatch):
+    """A rank holds its own heads of a layer: at TP 2 each rank's file is its own (under
+    one name per layer the ranks wrote over each other's shard); at TP 1 the example's
+    name is kept."""
+    from mrbench.harness.run.targets import vllm_kv_connector as mod
+    c = _connector(mod.MrbenchExampleConnector, tmp_path)
+    ids = torch.arange(2 * BS)
+    one = c._generate_filename_debug("model.layers.0.self_attn.attn", ids, [])
+    assert one.endswith("model.layers.0.self_attn.attn.safetensors")
+    c._tp_ranks = 2
+    names = set()
+    for rank in (0, 1):
+        monkeypatch.setattr(mod, "get_tensor_model_parallel_rank", lambda r=rank: r)
+        names.add(c._generate_filename_debug("model.layers.0.self_attn.attn", ids, []))
+    assert names == {one.replace(".safetensors", f".tp{r}-of-2.safetensors") for r in (0, 1)}

@@ -48,10 +48,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
     ExampleConnector,
     align_to_block_size,
 )
-from vllm.distributed.parallel_state import (
-    get_tensor_model_parallel_rank,
-    get_tensor_model_parallel_world_size,
-)
+from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
 from ...measure.phases import TRANSFER_LABEL
 
@@ -77,6 +74,8 @@ class MrbenchExampleConnector(ExampleConnector):
         super().__init__(*args, **kwargs)
         cfg = self._kv_transfer_config
         self.is_producer_only = bool(cfg.is_kv_producer and not cfg.is_kv_consumer)
+        # the engine's tensor-parallel ranks: each stores and loads its own shard's files
+        self._tp_ranks = self._vllm_config.parallel_config.tensor_parallel_size
         # scheduler side: {request id: tokens} loaded / stored by the step just scheduled
         self.last_step: dict[str, dict[str, int]] = dict(load={}, store={})
 
@@ -119,11 +118,10 @@ class MrbenchExampleConnector(ExampleConnector):
         ranks would write over each other's shard (the decode engine must then run the
         same tensor-parallel size, which a PD pair's two engines do)."""
         path = super()._generate_filename_debug(layer_name, token_ids, mm_hashes)
-        ranks = get_tensor_model_parallel_world_size()
-        if ranks == 1:
+        if self._tp_ranks == 1:
             return path
         stem, ext = os.path.splitext(path)
-        return f"{stem}.tp{get_tensor_model_parallel_rank()}-of-{ranks}{ext}"
+        return f"{stem}.tp{get_tensor_model_parallel_rank()}-of-{self._tp_ranks}{ext}"
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         self._timed(super().start_load_kv, forward_context, **kwargs)
