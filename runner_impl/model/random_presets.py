@@ -30,6 +30,14 @@ would cost each engine start memory no benchmark here uses.
 The tokenizer is the character tokenizer (char_tokenizer.py) with unused filler tokens up to
 the vocabulary size, so any prompt tokenizes and every id the model can emit decodes.
 
+Beside the model, in `eagle/`, an EAGLE-1 draft head of the preset's shape with random
+weights (vLLM's `EagleLlamaForCausalLM`: `fc` over cat(embedding, hidden state) and one
+decoder layer without its input norm; embedding and lm_head are the target's). vLLM's Model
+Runner V2 speculates only with heads of that kind (no n-gram, no plain draft model in 0.26),
+so without one no spec-decode path (its CUDA graphs, its attention builds) runs at real
+shape. Its drafts are random tokens the target rejects nearly always: spec decode runs and
+is counted, its acceptance measures nothing. The sidecar names the head (`eagle_head`).
+
 Imports nothing of the harness (runner_impl's rule); errors are ValueError for the caller to
 word.
 """
@@ -126,6 +134,24 @@ def plan_tensors(p: Preset) -> dict[str, tuple[int, ...]]:
     return out
 
 
+EAGLE_DIR = "eagle"      # the draft head's folder inside a made model
+
+
+def eagle_config_dict(p: Preset, dtype: str) -> dict:
+    """config.json of the preset's EAGLE-1 head: the target's with one decoder layer (vLLM
+    maps LlamaForCausalLM to its EAGLE head when the speculative method is eagle)."""
+    return {**config_dict(p, dtype), "num_hidden_layers": 1}
+
+
+def eagle_plan_tensors(p: Preset) -> dict[str, tuple[int, ...]]:
+    """The EAGLE-1 head's weights: `fc` and one decoder layer without `input_layernorm`
+    (vLLM's EagleLlamaForCausalLM takes the embedding and lm_head from the target)."""
+    h = p.hidden_size
+    layer = {k.removeprefix("model.layers.0."): v for k, v in plan_tensors(p).items()
+             if k.startswith("model.layers.0.") and "input_layernorm" not in k}
+    return {"fc.weight": (h, 2 * h), **{f"layers.0.{k}": v for k, v in layer.items()}}
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
@@ -177,11 +203,12 @@ def tensor_seed(seed: int, name: str) -> int:
 
 
 def draw(p: Preset, name: str, shape: tuple[int, ...], seed: int, device: str,
-         dtype: torch.dtype) -> torch.Tensor:
-    """One weight on the host: norms are ones; the rest N(0, init_std) drawn in float32."""
+         dtype: torch.dtype, key: str | None = None) -> torch.Tensor:
+    """One weight on the host: norms are ones; the rest N(0, init_std) drawn in float32,
+    seeded by `key` (the name unless given)."""
     if name.endswith("norm.weight"):
         return torch.ones(shape, dtype=dtype)
-    gen = torch.Generator(device=device).manual_seed(tensor_seed(seed, name))
+    gen = torch.Generator(device=device).manual_seed(tensor_seed(seed, key or name))
     t = torch.empty(shape, dtype=torch.float32, device=device)
     t.normal_(0.0, p.init_std, generator=gen)
     return t.to(dtype).cpu()
@@ -251,11 +278,41 @@ def _write(path: Path, p: Preset, name: str, seed: int, device: str, dtype: str,
     vocab = write_char_tokenizer(path, p.vocab_size, p.max_position_embeddings)
     (path / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": vocab[BOS], "eos_token_id": vocab[EOS]}, indent=2) + "\n")
+    head = _write_eagle_head(path / EAGLE_DIR, p, seed, device, dtype)
+    say(f"{name}: EAGLE-1 head ({head:,} parameters) written to {EAGLE_DIR}/")
     (path / SIDECAR).write_text(json.dumps(dict(
         random_weights=True, preset=name, seed=seed, device=device, dtype=dtype,
-        parameters=total, shape=asdict(p), made_by="mrbench model make",
+        parameters=total, shape=asdict(p), eagle_head=EAGLE_DIR, eagle_parameters=head,
+        made_by="mrbench model make",
         note="random weights: accuracy on this model measures nothing"), indent=2) + "\n")
     say(f"{name}: config, tokenizer and {SIDECAR} written in {time.monotonic() - t0:.0f} s")
+
+
+def _write_eagle_head(path: Path, p: Preset, seed: int, device: str, dtype: str) -> int:
+    """The preset's random EAGLE-1 head in `path` (one file); its parameter count. Each
+    tensor is seeded by its name under `eagle/`, so no head tensor repeats a target's."""
+    from safetensors.torch import save_file  # lazy: only where a model is written
+
+    path.mkdir()
+    shapes = eagle_plan_tensors(p)
+    tensors = {n: draw(p, n, s, seed, device, DTYPES[dtype], key=f"{EAGLE_DIR}/{n}")
+               for n, s in shapes.items()}
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps(eagle_config_dict(p, dtype), indent=2)
+                                      + "\n")
+    return sum(_numel(s) for s in shapes.values())
+
+
+def eagle_head_of(model_dir: str | Path) -> Path | None:
+    """The EAGLE head a made model carries (its sidecar's `eagle_head`), or None: the head
+    spec decode on that model speculates with when the workload names none."""
+    f = Path(model_dir) / SIDECAR
+    try:
+        rel = json.loads(f.read_text(encoding="utf-8")).get("eagle_head")
+    except (OSError, ValueError, AttributeError):
+        return None
+    head = Path(model_dir) / rel if isinstance(rel, str) and rel else None
+    return head if head is not None and (head / "config.json").is_file() else None
 
 
 def is_random_weights(model_dir: str | Path) -> bool:

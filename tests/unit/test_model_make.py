@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from mrbench.harness.cli import main
@@ -38,9 +39,44 @@ def test_the_tiny_preset_loads_in_transformers_and_is_marked_random(tmp_path, ca
 def test_same_seed_same_bytes_another_seed_other_weights(tmp_path):
     a, b = _make(tmp_path, "a", "--seed", "7"), _make(tmp_path, "b", "--seed", "7")
     c = _make(tmp_path, "c", "--seed", "8")
-    for f in sorted(p.name for p in a.iterdir()):
+    files = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file())
+    assert "eagle/model.safetensors" in files
+    for f in files:
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
-    assert (a / "model.safetensors").read_bytes() != (c / "model.safetensors").read_bytes()
+    for f in ("model.safetensors", "eagle/model.safetensors"):
+        assert (a / f).read_bytes() != (c / f).read_bytes(), f
+
+
+def test_a_made_model_carries_an_eagle_head_in_vllms_format(tmp_path, capsys):
+    """vLLM 0.26's V2 speculates only with heads such as EAGLE's, so a made model carries
+    one: the bundled trained head's tensors at the preset's shape (no input norm, no
+    embedding, no lm_head: vLLM shares the target's), its own draws, named in the sidecar,
+    and used by eagle spec decode on that model when the workload names no head."""
+    from mrbench.harness.run.targets.vllm_args import eagle_head
+    from mrbench.contract import EngineOptions
+    from mrbench.runner_impl.default_model import DEFAULT_EAGLE_DIR
+    out = _make(tmp_path, "tiny")
+    assert "EAGLE-1 head (917,760 parameters) written to eagle/" in capsys.readouterr().err
+    head = rp.eagle_head_of(out)
+    assert head == out / "eagle"
+    with safe_open(str(DEFAULT_EAGLE_DIR / "model.safetensors"), "pt") as f:
+        trained = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    made = load_file(head / "model.safetensors")
+    assert {k: tuple(v.shape) for k, v in made.items()} == trained     # tiny: the same shape
+    assert rp.eagle_plan_tensors(rp.PRESETS["tiny"]) == trained
+    target = load_file(out / "model.safetensors")
+    assert not torch.equal(made["layers.0.mlp.up_proj.weight"],
+                           target["model.layers.0.mlp.up_proj.weight"])
+    cfg = json.loads((head / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 1 and cfg["architectures"] == ["LlamaForCausalLM"]
+    assert json.loads((out / rp.SIDECAR).read_text())["eagle_parameters"] == 917_760
+    assert eagle_head(out, EngineOptions()) == str(head)
+    assert eagle_head(out, EngineOptions(draft_model="/mine")) == "/mine"
+    assert eagle_head(tmp_path, EngineOptions()) is None            # nothing made there
+    p = rp.PRESETS["llama-1b"]
+    t = rp.eagle_plan_tensors(p)
+    assert t["fc.weight"] == (2048, 4096) and t["layers.0.self_attn.k_proj.weight"] == (512, 2048)
+    assert "layers.0.input_layernorm.weight" not in t
 
 
 def test_shards_hold_the_same_tensors_with_an_index(tmp_path):

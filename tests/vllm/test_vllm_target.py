@@ -311,9 +311,11 @@ def test_a_coverage_fault_is_named_not_in_the_default_matrix():
     faults are, and says which entries reach it."""
     from mrbench.harness.run.targets.vllm import VllmTarget
     info = VllmTarget().info()
-    assert "flashinfer-pinned-buffers" in info["coverage_faults"]
-    assert "flashinfer-pinned-buffers" not in info["faults"]
-    assert "FLASHINFER" in vllm_faults.coverage_faults()["flashinfer-pinned-buffers"]
+    for name, backend in (("flashinfer-pinned-buffers", "FLASHINFER"),
+                          ("flashinfer-spec-full-graphs", "spec@FLASHINFER"),
+                          ("triton-max-seq-len-sync", "TRITON_ATTN")):
+        assert name in info["coverage_faults"] and name not in info["faults"]
+        assert backend in vllm_faults.coverage_faults()[name]
     assert {"seq-lens-sync", "mirror-increment"} <= set(info["faults"])
 
 

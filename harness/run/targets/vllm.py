@@ -62,7 +62,6 @@ from mrbench.contract import (
     FrozenArgs,
 )
 from mrbench.runner_impl.default_model import (
-    DEFAULT_EAGLE_DIR,
     DEFAULT_MODEL_DIR,
     default_model_dir,
 )
@@ -74,6 +73,7 @@ from .vllm_args import (
     ENGINE_HOST_BYTES,
     ENGINE_OVERHEAD_BYTES,
     PD_GPUS_ENV,
+    eagle_head,
     engine_env,
     engine_key,
     installed_version,
@@ -198,8 +198,7 @@ class VllmTarget:
         model, cfg = self._model_config(side)
         weights = weight_bytes(model)
         if options.num_speculative_tokens and options.speculative_method == "eagle":
-            head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
-                                           if Path(model) == DEFAULT_MODEL_DIR else None)
+            head = eagle_head(model, options)
             weights += weight_bytes(head) if head else 0
         if side.device == "cpu":
             kv = int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")) * (1 << 30))

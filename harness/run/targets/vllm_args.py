@@ -25,6 +25,7 @@ from mrbench.runner_impl.default_model import (
     DEFAULT_EAGLE_DIR,
     DEFAULT_MODEL_DIR,
 )
+from mrbench.runner_impl.model.random_presets import eagle_head_of
 
 from .base import PD_GPUS_ENV, SideSpec, Unsupported, engine_args_of
 from .vllm_engine_args import check_owned
@@ -135,11 +136,11 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
             kw["speculative_config"] = dict(method="ngram", num_speculative_tokens=k,
                                             prompt_lookup_min=1, prompt_lookup_max=3)
         elif options.speculative_method == "eagle":
-            head = options.draft_model or (str(DEFAULT_EAGLE_DIR)
-                                           if Path(model) == DEFAULT_MODEL_DIR else None)
+            head = eagle_head(model, options)
             if head is None:
                 raise BadInput("eagle spec decode on your own model needs its EAGLE head "
-                               "(the workload's draft_model)")
+                               "(the workload's draft_model; `mrbench model make` writes "
+                               "one beside the model it makes)")
             kw["speculative_config"] = dict(method="eagle", num_speculative_tokens=k,
                                             model=head)
         else:
@@ -151,6 +152,18 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
     check_owned(user)
     kw.update(user)
     return kw
+
+
+def eagle_head(model: str | Path, options: EngineOptions) -> str | None:
+    """The EAGLE head eagle spec decode on `model` uses: the workload's draft_model, else
+    the bundled head for the bundled model, else the head a made model carries (its
+    sidecar names it); None where there is none."""
+    if options.draft_model:
+        return options.draft_model
+    if Path(model) == DEFAULT_MODEL_DIR:
+        return str(DEFAULT_EAGLE_DIR)
+    made = eagle_head_of(model)
+    return str(made) if made is not None else None
 
 
 ENGINE_OVERHEAD_BYTES = 2 << 30     # one instance beside its weights and KV cache: the CUDA

@@ -150,6 +150,36 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
                 "the engine waits for step N-1's output before it schedules step N+1, and "
                 "step N's copies follow N-1's sampling on the GPU (docs/coverage.md, "
                 "\"Attention backends\")"),)),
+    VllmFault(
+        "triton-max-seq-len-sync", 23216,
+        "Triton attention's metadata builder takes max_seq_len from the host copy of the "
+        "sequence lengths again (`seq_lens_cpu.max()`), as it did before CommonAttentionMetadata "
+        "carried max_seq_len: V2 fills no host copy, so every build reads the device seq_lens "
+        "back to the host (a sync per step; V1's host copy is there)",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.attention.backends.triton_attn", "TritonAttentionMetadataBuilder.build",
+            old="max_seq_len = common_attn_metadata.max_seq_len",
+            new="max_seq_len = int(common_attn_metadata.seq_lens_cpu.max())  # mrbench fault "
+                "triton-max-seq-len-sync (vLLM PR 23216 reverted): from the host copy"),),
+        coverage="the TRITON_ATTN entries of `backends` (`backends:ENTRY@TRITON_ATTN`): no "
+                 "other entry builds Triton attention's metadata"),
+    VllmFault(
+        "flashinfer-spec-full-graphs", 32936,
+        "V2 sizes its CUDA graphs without asking the attention backend what it supports "
+        "again: with FlashInfer (full graphs for single-token decodes only) and spec decode, "
+        "V2 keeps FULL_AND_PIECEWISE and captures full graphs of (k+1)-token decode batches, "
+        "where V1 and the fixed V2 fall back to PIECEWISE",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.initialize_kv_cache",
+            old="attn_cg_support.min_cg_support,",
+            new="type(attn_cg_support.min_cg_support).ALWAYS,  # mrbench fault "
+                "flashinfer-spec-full-graphs (vLLM PR 32936 reverted): the backend's "
+                "CUDA-graph support is not consulted"),),
+        coverage="`backends:spec@FLASHINFER`: FlashInfer with spec decode is the one "
+                 "combination there whose CUDA-graph support is below UNIFORM_BATCH; on "
+                 "0.26.0 with a random EAGLE head it is missed (docs/coverage.md)"),
 )}
 
 
