@@ -25,6 +25,7 @@ from .counts import (
     sync_warnings_check,
 )
 from .coverage import chunk_coverage_check, dispatch_check
+from .graphs import graph_mode_check
 from .kv_cache import preemption_check, prefix_cache_check
 from .latency import latency_check
 from .logprobs import logprobs_check
@@ -90,7 +91,7 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                audit_check(wl, cand, th),
                # a stored reference holds one runner's counts: not a rank's
                None if ranks_of(base, cand) else reference_check(wl, cand, reference, th),
-               dispatch_check(wl, base, cand)]
+               dispatch_check(wl, base, cand), graph_mode_check(wl, base, cand)]
     logprobs = logprobs_check(wl, base, cand)
     if logprobs is not None and cross:
         logprobs = _not_gated(logprobs, "cross-engine logprobs: the kernels differ, so the "

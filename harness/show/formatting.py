@@ -158,7 +158,7 @@ _FAMILY_OF = {
                      "allocs_per_step", "ops_vs_baseline", "ops_vs_reference"), "counts"),
     "state_audit_violations": "state",
     **dict.fromkeys(("unwarmed_dispatch", "chunked_prefill_coverage", "preemption_coverage",
-                     "prefix_cache_coverage"), "coverage"),
+                     "prefix_cache_coverage", "cudagraph_mode"), "coverage"),
 }
 
 

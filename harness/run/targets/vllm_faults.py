@@ -178,8 +178,8 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
                 "flashinfer-spec-full-graphs (vLLM PR 32936 reverted): the backend's "
                 "CUDA-graph support is not consulted"),),
         coverage="`backends:spec@FLASHINFER`: FlashInfer with spec decode is the one "
-                 "combination there whose CUDA-graph support is below UNIFORM_BATCH; on "
-                 "0.26.0 with a random EAGLE head it is missed (docs/coverage.md)"),
+                 "combination there whose CUDA-graph support is below UNIFORM_BATCH "
+                 "(its cudagraph_mode check catches it)"),
 )}
 
 
