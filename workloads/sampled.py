@@ -168,6 +168,8 @@ class Sampled(WorkloadBase):
             for r in res.requests:
                 r["sample_group"] = r["req_index"] // n
                 r["sampling_seed"] = self._seed(p, r["req_index"])
+            # what compare's exact-stream check reads: a greedy set is one stream by design
+            res.resolved["sampling_temperature"] = p.temperature
             if p.min_prefill_chunks:      # what compare's chunked_prefill_coverage reads
                 res.resolved["chunked_prefill"] = dict(min_chunks=p.min_prefill_chunks)
         return results, failed

@@ -14,10 +14,18 @@ from mrbench.contract import SideResult
 from ..measure.canary import MAX_OFF_CPU, off_cpu_share
 from ..record.run_record import Check
 from ..record.suite import Thresholds
-from .correctness import accuracy_check, agreement_check, is_sampled, parity_check, sampled_check
+from .correctness import (
+    accuracy_check,
+    agreement_check,
+    exact_streams_check,
+    is_sampled,
+    parity_check,
+    sampled_check,
+)
 from .counts import (
     count_info,
     counts_vs_baseline,
+    launches_vs_baseline,
     rank_checks,
     ranks_of,
     reference_check,
@@ -73,8 +81,11 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
         checks = [_not_gated(c, "cross-engine latency: reported, not gated") for c in checks]
     elif vllm_runners_differ(base, cand):
         checks = [_not_gated(c, RUNNERS_DIFFER) for c in checks]
-    agree = parity_check(wl, base, cand, th) if cross else agreement_check(wl, base, cand, th)
     samplers = base.resolved.get("sampler"), cand.resolved.get("sampler")
+    exact = is_sampled(cand) and same_runner(base, cand) and samplers[0] == samplers[1]
+    agree = (parity_check(wl, base, cand, th) if cross
+             else exact_streams_check(wl, base, cand, th) if exact
+             else agreement_check(wl, base, cand, th))
     if agree is not None and is_sampled(cand) and samplers[0] != samplers[1]:
         agree = _not_gated(agree, "the runners' samplers differ, so equal seeded streams are "
                                   "not promised (sampled_distribution judges)")
@@ -85,7 +96,9 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                    sync_check(wl, b, c, th, relative=not cross),
                    count_info(wl, "ops_per_step", "ops", b, c),
                    count_info(wl, "allocs_per_step", "allocs", b, c),
-                   counts_vs_baseline(wl, b, c, th) if same_runner(b, c) else None],
+                   count_info(wl, "launches_per_step", "launches", b, c),
+                   counts_vs_baseline(wl, b, c, th) if same_runner(b, c) else None,
+                   launches_vs_baseline(wl, b, c, th) if same_runner(b, c) else None],
                    base, cand),
                sync_warnings_check(wl, base, cand, th),
                audit_check(wl, cand, th),

@@ -61,6 +61,66 @@ def comparable_tokens(base: SideResult, cand: SideResult
     return rows, len(unseeded & set(range(min(len(base.tokens), len(cand.tokens)))))
 
 
+def degenerate_streams(side: SideResult) -> tuple[int, int]:
+    """(prompts whose seeded samples gave one stream, prompts with >= 2 seeded samples) on
+    one side: a setting cold enough to give most prompts a single stream from several seeds
+    is greedy in effect, and a sampler's noise does not show in its streams."""
+    groups: dict[int, set[tuple[int, ...]]] = {}
+    counts: dict[int, int] = {}
+    for i, r in enumerate(side.requests):
+        if r.get("sample_group") is None or r.get("sampling_seed") is None \
+                or i >= len(side.tokens):
+            continue
+        g = int(r["sample_group"])
+        groups.setdefault(g, set()).add(tuple(side.tokens[i]))
+        counts[g] = counts.get(g, 0) + 1
+    many = [g for g, n in counts.items() if n >= 2]
+    return sum(len(groups[g]) == 1 for g in many), len(many)
+
+
+def exact_streams_check(wl: str, base: SideResult, cand: SideResult,
+                        th: Thresholds) -> Check | None:
+    """Seeded streams token for token where both sides run one runner and one sampler (two
+    builds of it, or an A/A run): the same seed promises the same stream, so one stream that
+    differs anywhere is a regression; the bar is 0 divergent streams, not a confidence
+    interval (a sampler whose noise changed moves some streams, not most: 1 of 64 passed a
+    Wilson bound at 0.99). Not measured, never a pass, where the baseline's streams are
+    degenerate: most prompts giving one stream from several seeds is greedy in effect."""
+    rows, unseeded = comparable_tokens(base, cand)
+    skipped = f"; {unseeded} unseeded requests not compared" if unseeded else ""
+    div = [first_divergence(b, c) for _, b, c in rows]
+    n, agree = len(div), sum(d == -1 for d in div)
+    kind = dict(delta_kind=DeltaKind.DIFFERENCE, bar=Bar(kind=BarKind.MIN_VALUE, value=1.0))
+    thr, method = "0 divergent seeded streams", ("seeded streams compared token for token: one "
+                                                  "runner and one sampler on both sides")
+    if n == 0:
+        why = (f"all {unseeded} requests are unseeded, so no stream is promised equal"
+               if unseeded else "no seeded stream on either side")
+        return Check(wl, "token_agreement", "fraction", None, None, None, None, None, thr,
+                     method, Verdict.INFO, f"not measured: {why}", **kind)
+    rate = agree / n
+    one, prompts = degenerate_streams(base)
+    if agree < n:
+        first = min((d, i) for (i, _, _), d in zip(rows, div) if d >= 0)
+        note = (f"{n - agree} of {n} seeded streams diverge; earliest at output token "
+                f"{first[0]} (request {first[1]})")
+        verdict = Verdict.REGRESSION
+    elif base.resolved.get("sampling_temperature") == 0:
+        note = f"{n} seeded streams equal (greedy: one stream a prompt by design)"
+        verdict = Verdict.PASS
+    elif prompts == 0 or 2 * one > prompts:
+        note = (f"not measured: {one} of {prompts} prompts gave a single stream from their "
+                "seeds on the baseline (a setting this cold is greedy in effect: a changed "
+                "sampler noise would not show); all {n} streams equal".replace("{n}", str(n)))
+        verdict = Verdict.INFO
+    else:
+        note = (f"{n} seeded streams equal; {prompts - one} of {prompts} prompts gave more "
+                "than one stream on the baseline")
+        verdict = Verdict.PASS
+    return Check(wl, "token_agreement", "fraction", 1.0, rate, rate - 1.0, None, None, thr,
+                 method, verdict, note + skipped, **kind)
+
+
 def agreement_check(wl: str, base: SideResult, cand: SideResult,
                     th: Thresholds) -> Check | None:
     rows, unseeded = comparable_tokens(base, cand)

@@ -17,7 +17,7 @@ from mrbench.contract import SideResult
 
 from ..measure.phases import HOT_PHASES
 from ..record import references
-from ..record.references import count_means
+from ..record.references import LAUNCH_COLUMNS, count_means, launch_means
 from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from .sides import _not_gated, same_runner
@@ -175,7 +175,8 @@ def count_info(wl: str, metric: str, column: str, base: SideResult,
     why = not_measured(cand, "candidate") or not_measured(base, "baseline")
     if why:
         return _unmeasured_check(wl, metric, "per step", why, "-", NOT_GATED)
-    why = ("one runner on both sides: judged per phase by ops_vs_baseline"
+    judge = "launches_vs_baseline" if column == "launches" else "ops_vs_baseline"
+    why = (f"one runner on both sides: judged per phase by {judge}"
            if same_runner(base, cand) else "runners differ by design")
     return Check(wl, metric, "per step", b, c, None if b is None or c is None else c - b, None,
                  None, "-", f"deterministic count (torch.profiler); {why}", Verdict.INFO,
@@ -186,8 +187,13 @@ def _count_excess(now: dict[str, float], ref: dict[str, float],
                   th: Thresholds) -> tuple[dict[str, float], str]:
     """({column: excess} over the bars, a line listing every count that moved): per phase
     ops (`ops_*`) and allocations; the total `ops` is shown, its phases are judged."""
-    over = {c: now[c] - ref[c] for c in now if c in ref and c != "ops"
-            and now[c] - ref[c] > (th.allocs_increase if c == "allocs" else th.ops_increase)}
+    totals = ("ops",) + LAUNCH_COLUMNS             # shown; their phases are judged
+
+    def bar(c: str) -> float:
+        return (th.allocs_increase if c == "allocs" else th.launches_increase
+                if c.startswith(LAUNCH_COLUMNS) else th.ops_increase)
+    over = {c: now[c] - ref[c] for c in now if c in ref and c not in totals
+            and now[c] - ref[c] > bar(c)}
     diffs = ", ".join(f"{c} {ref[c]:.1f} -> {now[c]:.1f}" for c in now
                       if c in ref and abs(now[c] - ref[c]) > 1e-9) or "identical counts"
     return over, diffs
@@ -219,10 +225,48 @@ def counts_vs_baseline(wl: str, base: SideResult, cand: SideResult,
     return check
 
 
+def launches_vs_baseline(wl: str, base: SideResult, cand: SideResult,
+                         th: Thresholds) -> Check | None:
+    """CUDA kernel launches per step and phase (the runtime's and the driver's launch calls,
+    Triton's included; graph replays counted apart), candidate against baseline, when both
+    run the same runner. An aten op count misses a kernel that is no aten op (a Triton
+    kernel), so one more kernel a decode step shows here and nowhere else; a launch count
+    is as deterministic as an op count for a fixed batch sequence. On CPU there is no
+    launch to count: not measured, and said so."""
+    if not cand.profile and not base.profile:
+        return None
+    thr = f"per phase <= baseline + {th.launches_increase}"
+    bar = Bar(kind=BarKind.MAX_INCREASE, value=th.launches_increase)
+    now, ref = launch_means(cand.profile), launch_means(base.profile)
+    if not now or not ref:
+        devices = sorted({str(s.resolved.get("device", "cpu")) for s in (base, cand)})
+        return Check(wl, "launches_vs_baseline", "per step", None, None, None, None, None, thr,
+                     "kernel launch calls on the host (torch.profiler with CUDA activity)",
+                     Verdict.INFO, f"not measured: no CUDA (kernel launches are CUDA runtime "
+                     f"and driver calls; the sides ran on {', '.join(devices)})",
+                     delta_kind=DeltaKind.DIFFERENCE, bar=bar)
+    why = not_measured(cand, "candidate") or not_measured(base, "baseline")
+    if why:
+        return _unmeasured_check(wl, "launches_vs_baseline", "per step", why, thr, bar)
+    over, diffs = _count_excess(now, ref, th)
+    check = Check(wl, "launches_vs_baseline", "per step", ref.get("launches"),
+                  now.get("launches"), now.get("launches", 0.0) - ref.get("launches", 0.0),
+                  None, None, thr, "deterministic count of kernel launch calls per phase "
+                  "(cudaLaunchKernel*, cuLaunchKernel*; cudaGraphLaunch apart), candidate "
+                  "against baseline: the same runner on both sides",
+                  Verdict.REGRESSION if over else Verdict.PASS, diffs,
+                  delta_kind=DeltaKind.DIFFERENCE, bar=bar)
+    if len(base.profile) != len(cand.profile):
+        return _not_gated(check, f"not the same batch sequence ({len(base.profile)} vs "
+                                 f"{len(cand.profile)} profiled steps)")
+    return check
+
+
 def reference_check(wl: str, cand: SideResult, reference: dict | None,
                     th: Thresholds) -> Check | None:
-    """Candidate ops (per phase) and allocations per step vs its own stored reference."""
-    now = count_means(cand.profile)
+    """Candidate ops (per phase), allocations and, where the reference holds them, kernel
+    launches per step vs its own stored reference."""
+    now = {**count_means(cand.profile), **launch_means(cand.profile)}
     if not now:
         return None
     why = not_measured(cand, "candidate")

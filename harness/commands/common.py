@@ -4,6 +4,7 @@ once the results are in their final directory."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from ..record.results import check_out
 from ..record.run_record import RunSummary, Verdict
 from ..record.study_record import Calibration, PowerStudy
 from ..record.suite import Suite, load_suite, shipped_suites, single_workload_suite
-from ..run import builds, engine_args
+from ..run import builds, engine_args, models
 from ..run.orchestrate import Isolation, Overrides
 from ..run.preload import start_method
 from ..run.targets.base import TARGETS, SideSpec
@@ -43,7 +44,10 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                    help="baseline runner, RUNNER, TARGET:RUNNER or TARGET@BUILD:RUNNER "
                         f"(default {baseline_default})")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--model", help="model directory (default: the target's bundled model)")
+    p.add_argument("--model", help="model directory, or tiny: the bundled 4.75M model (default: "
+                                    "the bundled model; on a GPU, for the vllm target, a "
+                                    "random-weight Llama-3.2-1B shape made once into "
+                                    "~/.cache/mrbench/models)")
     p.add_argument("--dataset", help="GSM8K JSONL path (or hf:openai/gsm8k when online)")
     p.add_argument("--out", type=Path, help="results directory (default results/<time>-<name>)")
     p.add_argument("--seed", type=int, help="engine seed and problem-generator seed")
@@ -274,6 +278,9 @@ def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
     seed = 0 if a.seed is None else a.seed
     base = side_spec(a.baseline, a.target, a.device, a.model, (), seed)
     cand = side_spec(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
+    model = models.resolve(a.model, {base.target, cand.target}, a.device)
+    if model != a.model:
+        base, cand = (dataclasses.replace(s, model=model) for s in (base, cand))
     base, cand = engine_args.with_cli(base, cand, getattr(a, "engine_arg", None) or [])
     return suite, base, cand, Overrides(a.seed, a.limit, a.dataset, a.time_scale,
                                         a.max_input_len, a.scorer)

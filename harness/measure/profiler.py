@@ -26,6 +26,17 @@ ran (labels that did not attach) is told apart from one that ran without a sync,
 any torch op.
 Op counts (every `aten::` event) and allocations (the allocator's records with positive
 bytes, and their bytes) are deterministic for a fixed batch sequence, so a small change shows without noise.
+
+Kernel launches (CUDA only): an aten op is not a kernel, and a Triton kernel is no aten op
+at all, so a runner that launches one more kernel a step (an unfused Triton kernel, a
+helper kernel vLLM's V2 once launched per decode step) leaves the op count as it was. The
+host's launch calls are counted instead, per step and phase: the runtime's
+(`cudaLaunchKernel` and its variants: aten's kernels, cuBLAS, FlashAttention) and the
+driver's (`cuLaunchKernel`, `cuLaunchKernelEx`: Triton launches through the driver), a
+driver call inside a runtime launch call of its own thread not counted twice; a CUDA graph
+replay (`cudaGraphLaunch`) is counted as what it is, one graph launch, in
+`graph_launches_<phase>`, not as the kernels it holds. On CPU there is nothing to launch,
+so the columns are left out rather than written as zeros.
 """
 from __future__ import annotations
 
@@ -44,6 +55,11 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero")
 LISTED_OPS = SYNC_OPS + ("aten::item",)
 CUDA_SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                    "cudaMemcpy")
+# kernel launches on the host: the runtime's calls and the driver's (Triton's)
+RUNTIME_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+                        "cudaLaunchCooperativeKernelMultiDevice")
+DRIVER_LAUNCH_CALLS = ("cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel")
+GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
 from .phases import HOT_PHASES  # 'output' holds the step's one wait for its output copy
 
 
@@ -189,6 +205,22 @@ def _thread_of_each(tid: np.ndarray, codes: np.ndarray, u_phase: np.ndarray,
     return out
 
 
+def _inside_own(outer: np.ndarray, tid: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                ) -> np.ndarray:
+    """Per event: whether an `outer` event of its own thread holds it ([t0, t1] within the
+    outer one's); a driver launch made by a runtime launch call is that call's, not a
+    second launch."""
+    out = np.zeros(len(t0), dtype=bool)
+    for thread in np.unique(tid[outer]):
+        m = outer & (tid == thread)
+        order = np.lexsort((t1[m], t0[m]))
+        starts, reach = t0[m][order], np.maximum.accumulate(t1[m][order])
+        own = np.flatnonzero((tid == thread) & ~outer)
+        i = np.searchsorted(starts, t0[own], side="right") - 1
+        out[own] = (i >= 0) & (reach[np.maximum(i, 0)] >= t1[own])
+    return out
+
+
 def count_per_step(events, step_label: str, phase_labels: dict[str, str],
                    device: str = "cpu") -> list[dict]:
     """One dict per step window, in time order: syncs per phase, listed sync ops, ops, allocs,
@@ -234,6 +266,9 @@ def count_per_step(events, step_label: str, phase_labels: dict[str, str],
     u_aten = np.array([u.startswith("aten::") for u in uniques], dtype=bool)
     u_sync = np.array([is_sync(u, device) for u in uniques], dtype=bool)
     u_alloc = np.array([u == "[memory]" for u in uniques], dtype=bool)
+    u_rt_launch = np.array([u in RUNTIME_LAUNCH_CALLS for u in uniques], dtype=bool)
+    u_drv_launch = np.array([u in DRIVER_LAUNCH_CALLS for u in uniques], dtype=bool)
+    u_graph = np.array([u in GRAPH_LAUNCH_CALLS for u in uniques], dtype=bool)
     u_listed = np.array([listed.index(u) if u in listed else -1 for u in uniques],
                         dtype=np.int64)
     step, in_step = _containing(s_start, s_end, t0, t1)
@@ -271,6 +306,14 @@ def count_per_step(events, step_label: str, phase_labels: dict[str, str],
     seen = per_step(in_phase, phase, n_ph)
     ran = per_step(in_step & (u_phase[codes] >= 0), u_phase[codes], n_ph)
     by_name = per_step(ev & (lst >= 0), lst, n_ls)
+    cuda = device.startswith("cuda")
+    if cuda:
+        launch = ev & (u_rt_launch[codes] | (u_drv_launch[codes]
+                                              & ~_inside_own(u_rt_launch[codes], tid, t0, t1)))
+        graph = ev & u_graph[codes]
+        launches, graphs = per_step(launch), per_step(graph)
+        phase_launches = per_step(launch & (phase >= 0), phase, n_ph)
+        phase_graphs = per_step(graph & (phase >= 0), phase, n_ph)
     rows = []
     for i in range(n_steps):
         row = dict(step=i, ops=int(ops[i, 0]), allocs=int(allocs[i, 0]),
@@ -281,5 +324,11 @@ def count_per_step(events, step_label: str, phase_labels: dict[str, str],
                    **{f"ran_{p}": int(ran[i, k]) for k, p in enumerate(phases)},
                    **{n: int(by_name[i, k]) for k, n in enumerate(listed)})
         row["syncs_hot"] = sum(row.get(f"syncs_{p}", 0) for p in HOT_PHASES)
+        if cuda:
+            row.update(launches=int(launches[i, 0]), graph_launches=int(graphs[i, 0]),
+                       **{f"launches_{p}": int(phase_launches[i, k])
+                          for k, p in enumerate(phases)},
+                       **{f"graph_launches_{p}": int(phase_graphs[i, k])
+                          for k, p in enumerate(phases)})
         rows.append(row)
     return rows

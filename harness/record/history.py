@@ -24,6 +24,9 @@ the same for the sides' spec-decode figures (num_drafts -> spec_decode_num_draft
 acceptance_rate, a fraction, -> spec_decode_acceptance_rate in percent); the check
 `mean_acceptance_length` keeps its name and rows. Older acceptance_rate_pos_J rows stay as
 they are: a run now gives those as one list, which the history (numbers only) leaves out.
+Schema 5 adds each side's build folder (`baseline_build`, `candidate_build`: `b-pr` of a
+side named `vllm@/builds/b-pr:v2`), which the trend report's build line names: two builds of
+one vLLM release and commit differ only there.
 
 Writes: only `add` writes, in one transaction (BEGIN IMMEDIATE ... COMMIT), after every
 run directory was read and checked; an older file (schema 1 or 2) is migrated in place
@@ -51,7 +54,7 @@ from .metrics import LATENCY, SPEC_RENAMED, current_name
 from .results import read_run
 from .run_record import RunVerdict, Verdict, judged_across_runs
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 DEFAULT_DB = Path("results") / "history.sqlite"
 CHECK_METRICS = ("syncs_per_step", "ops_per_step", "allocs_per_step", "accuracy_strict",
                  "token_agreement", "mean_acceptance_length", "state_audit_violations",
@@ -61,14 +64,18 @@ RATIO = "ratio:"        # prefix: a judged latency check's relative change, cand
 GROUP_KEYS = ("target", "suite", "device", "model", "baseline", "candidate")
 SIDES = ("baseline", "candidate")
 BUILD_COLUMNS = tuple(f"{side}_vllm_{f}" for side in SIDES for f in ("version", "commit"))
+# schema 5: each side's own build by its folder (`b-pr/site`), None for the harness's own
+# vLLM or the bundled runner: two builds of one release and commit differ only there
+FOLDER_COLUMNS = tuple(f"{side}_build" for side in SIDES)
 RUN_FIELDS = ("id", "run_dir", "git_sha", "created", "target", "verdict", "faults",
-              *BUILD_COLUMNS)          # what a trend's point carries of its run
+              *BUILD_COLUMNS, *FOLDER_COLUMNS)  # what a trend's point carries of its run
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY, run_dir TEXT NOT NULL UNIQUE, git_sha TEXT, created TEXT NOT NULL,
     target TEXT, suite TEXT, device TEXT, model TEXT, baseline TEXT, candidate TEXT,
-    faults TEXT, verdict TEXT, {', '.join(f'{c} TEXT' for c in BUILD_COLUMNS)});
+    faults TEXT, verdict TEXT,
+    {', '.join(f'{c} TEXT' for c in BUILD_COLUMNS + FOLDER_COLUMNS)});
 CREATE TABLE metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id), workload TEXT NOT NULL, side TEXT NOT NULL,
     metric TEXT NOT NULL, value REAL, PRIMARY KEY (run_id, workload, side, metric));
@@ -93,11 +100,12 @@ def _spec_decode_names() -> list[str]:
 # vLLM names them (p99_e2e_ms -> p99_e2el_ms, judged:/ratio: and the summary's figures
 # alike; metrics.current_name, which _migrate registers as an SQL function); where a run
 # had both names (an older import), the row already so named is kept. 4: the spec-decode
-# figures as vLLM names them
+# figures as vLLM names them. 5: each side's build folder (older runs: NULL)
 _MIGRATIONS = {"1": ("2", [f"ALTER TABLE runs ADD COLUMN {c} TEXT" for c in BUILD_COLUMNS]),
                "2": ("3", ["UPDATE OR IGNORE metrics SET metric = current_name(metric)",
                            "DELETE FROM metrics WHERE metric != current_name(metric)"]),
-               "3": ("4", _spec_decode_names())}
+               "3": ("4", _spec_decode_names()),
+               "4": ("5", [f"ALTER TABLE runs ADD COLUMN {c} TEXT" for c in FOLDER_COLUMNS])}
 
 
 # ---- manifest and summary, as dicts or typed records ----------------------------------------
@@ -209,6 +217,15 @@ def build_identity(manifest: Any) -> dict[str, str | None]:
 BUILD_LINE = "build"      # a side's build in a group key: any build of its runner
 
 
+def build_folder(label: str | None) -> str | None:
+    """The build folder a side's label names (`v2@b-pr` -> `b-pr`), None for a side that
+    ran the harness's own vLLM (`v2@harness`) or no build at all."""
+    if label is None or "@" not in label:
+        return None
+    folder = label.split("@", 1)[1]
+    return None if folder == "harness" else folder
+
+
 def group_label(label: str | None) -> str | None:
     """A side's label as the history groups it: `v2@night-42` (a build's folder) is
     `v2@build`. Two builds of one runner are one line of runs whatever the builds' folders
@@ -234,7 +251,8 @@ def record_of(manifest: Any, summary: Any, run_dir: Path
                baseline=group_label(_text(_get(summary, "baseline"))),
                candidate=group_label(_text(_get(summary, "candidate"))),
                faults=json.dumps(list(_get(summary, "candidate_faults") or [])),
-               verdict=_text(_get(summary, "verdict")), **build_identity(manifest))
+               verdict=_text(_get(summary, "verdict")), **build_identity(manifest),
+               **{f"{side}_build": build_folder(_text(_get(summary, side))) for side in SIDES})
     values: dict[tuple[str, str, str], float] = {}
     for wl, sides in _items(_get(summary, "metrics")):
         for side, m in _items(sides):

@@ -76,6 +76,19 @@ def count_means(profile: list[dict]) -> dict[str, float]:
     return {c: float(np.mean([r[c] for r in profile if r.get(c) is not None])) for c in cols}
 
 
+LAUNCH_COLUMNS = ("launches", "graph_launches")
+
+
+def launch_means(profile: list[dict]) -> dict[str, float]:
+    """Mean per profiled step of every kernel-launch column (`launches`, `launches_*`,
+    `graph_launches`, `graph_launches_*`); empty where the pass counted none (CPU)."""
+    if not profile:
+        return {}
+    cols = [c for c in profile[0] if c in LAUNCH_COLUMNS
+            or c.startswith(tuple(f"{k}_" for k in LAUNCH_COLUMNS))]
+    return {c: float(np.mean([r[c] for r in profile if r.get(c) is not None])) for c in cols}
+
+
 def _path(key: str, ref_dir: Path) -> Path:
     return ref_dir / f"{key}.json"
 
@@ -97,7 +110,8 @@ def save(resolved: dict, entries: dict[str, dict], ref_dir: Path = REF_DIR) -> P
     p = _path(build_key(resolved), ref_dir)
     data = json.loads(p.read_text()) if p.is_file() else {}
     for wid, e in entries.items():
-        data[wid] = dict(params_hash=params_hash(e["params"]), counts=count_means(e["profile"]),
+        data[wid] = dict(params_hash=params_hash(e["params"]),
+                         counts={**count_means(e["profile"]), **launch_means(e["profile"])},
                          steps=len(e["profile"]), git_sha=e.get("git_sha"),
                          key=reference_key(resolved))
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=ref_dir)

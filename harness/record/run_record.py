@@ -363,6 +363,9 @@ class Manifest(Environment):
     isolation: dict[str, Any] | None = None
     sides: dict[str, dict[str, Any]] | None = None
     builds: dict[str, Any] | None = None
+    # each side's model: its folder, and for a made model its preset, shape, parameters and
+    # that its weights are random (run/models.describe)
+    models: dict[str, Any] | None = None
     seeds: dict[str, Any] | None = None
     workloads: dict[str, dict[str, Any]] = {}
     engines: dict[str, Any] | None = None

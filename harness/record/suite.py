@@ -57,6 +57,7 @@ class Thresholds(BaseModel):
     audit_violations: int = Field(0, ge=0)                 # state-audit steps out of bounds
     ops_increase: float = Field(0.0, ge=0)                 # ops/step per phase over reference
     allocs_increase: float = Field(0.0, ge=0)              # allocations/step over reference
+    launches_increase: float = Field(0.0, ge=0)            # CUDA kernel launches/step per phase
     # with --history: a latency ratio over the earlier passing runs' (harness.history_gate);
     # None: the check's own bar (median_rel for medians, latency_rel for P99s)
     history_rel: float | None = Field(None, ge=0)

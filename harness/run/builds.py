@@ -154,13 +154,15 @@ def harness_import_root() -> str:
     return str(root)
 
 
-def overlay(dest: Path, patches: dict[str, tuple[str, str]], src: Path | None = None) -> Path:
+def overlay(dest: Path, patches: dict[str, tuple[str, str] | str],
+            src: Path | None = None) -> Path:
     """A second build made from the vLLM at `src` (a package folder; default the one this
     process imports), as a PR build differs from main: `dest` becomes a site folder whose
     `vllm/` is a tree of links to `src`, with each patched file a real copy ({file under
-    vllm/: (text as it stands there, its replacement)}; each old text must occur exactly
-    once). Seconds and a few MB; the source build's files are never touched. How the tests
-    and the GPU study make a build with one change."""
+    vllm/: (text as it stands there, its replacement)}, each old text occurring exactly
+    once; or {file: its whole new text}, for edits placed by the caller, such as several
+    lines each found inside one function). Seconds and a few MB; the source build's files
+    are never touched. How the tests and the GPU study make a build with one change."""
     if src is None:
         spec = importlib.util.find_spec(PACKAGE)
         if spec is None or spec.origin is None:
@@ -175,14 +177,19 @@ def overlay(dest: Path, patches: dict[str, tuple[str, str]], src: Path | None = 
         subprocess.run(["cp", "-rs", str(Path(src).resolve()), str(tmp / PACKAGE)], check=True)
         for info in Path(src).resolve().parent.glob(f"{PACKAGE}*.dist-info"):
             shutil.copytree(info, tmp / info.name)
-        for rel, (old, new) in patches.items():
+        for rel, edit in patches.items():
             f = tmp / PACKAGE / rel
-            text = f.read_text()
-            if text.count(old) != 1:
-                raise BadInput(f"{rel}: the text to replace occurs {text.count(old)} times "
-                               f"(expected once): {old.strip()!r}")
+            if isinstance(edit, str):
+                new_text = edit
+            else:
+                old, new = edit
+                text = f.read_text()
+                if text.count(old) != 1:
+                    raise BadInput(f"{rel}: the text to replace occurs {text.count(old)} "
+                                   f"times (expected once): {old.strip()!r}")
+                new_text = text.replace(old, new)
             f.unlink()                              # the link, not the source's file
-            f.write_text(text.replace(old, new))
+            f.write_text(new_text)
         os.replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -33,7 +33,7 @@ from ..record.errors import RunInterrupted
 from ..record.results import RunWriter, environment
 from ..record.run_record import Check, Manifest, RunSummary, Verdict
 from ..record.suite import Suite
-from . import builds, interrupts, progress
+from . import builds, interrupts, models, progress
 from .engine_bank import EngineBank
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress
@@ -278,6 +278,8 @@ class Recorder:
             isolation=asdict(plan.isolation),
             sides={s: asdict(sp) for s, sp in plan.specs.items()},
             builds={s: builds.resolve(sp.build).describe() if sp.build else None
+                    for s, sp in plan.specs.items()},
+            models={s: models.describe(sp.model)
                     for s, sp in plan.specs.items()},
             seeds=seeds,
             workloads={w.id: dict(workload=w.entry.workload, entry=w.entry.id,

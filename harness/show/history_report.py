@@ -58,10 +58,14 @@ def build_of(run: dict) -> str:
     runner, mrbench 9f8e7d6c5b", or what is known."""
     commit, version = run.get("candidate_vllm_commit"), run.get("candidate_vllm_version")
     sha = (run.get("git_sha") or "?")[:10]
+    # two builds of one release and commit (a PR's tree, a fault written back) differ only
+    # by their folders
+    folder = f", build {run['candidate_build']}" if run.get("candidate_build") else ""
     if commit:
-        return f"vLLM {commit[:10]}" + (f" ({version})" if version else "")
+        return f"vLLM {commit[:10]}" + (f" ({version}{folder})" if version else
+                                        f" ({folder[2:]})" if folder else "")
     if version:
-        return f"vLLM {version} (no commit recorded)"
+        return f"vLLM {version} (no commit recorded{folder})"
     if run.get("target") == "bundled":
         return f"bundled runner, mrbench {sha}"
     return f"no vLLM build recorded, mrbench {sha}"

@@ -44,6 +44,7 @@ from ..record.results import (
     salvage_summary,
 )
 from ..record.run_record import BarKind, Check, Manifest, RunSummary
+from ..run.builds import label as build_label
 from ..run.compile_cache import describe, describe_start
 from ..run.start_phases import describe_phases
 from . import coverage
@@ -210,7 +211,7 @@ def _request_counts(requests: pd.DataFrame | None, workload: str) -> dict[str, i
     return out
 
 
-RAN_FIELDS = (("engine", "engine"), ("runner_class", "runner class"),
+RAN_FIELDS = (("engine", "engine"), ("build", "build"), ("runner_class", "runner class"),
               ("attention_backend", "attention backend"), ("cudagraph_mode", "CUDA graphs"),
               ("device", "device"), ("dtype", "dtype"), ("faults", "faults"),
               ("startup_s", "engine start (s)"), ("kernels", "kernels at start"))
@@ -237,7 +238,7 @@ def _what_ran(manifest: Manifest | None) -> list[dict]:
             r = (per_side or {}).get(side) if isinstance(per_side, dict) else None
             if not isinstance(r, dict):
                 continue
-            vals = dict(r, engine=_engine_of(r),
+            vals = dict(r, engine=_engine_of(r), build=_build_folder(manifest, side),
                         faults=", ".join(r.get("faults") or []) or "none",
                         startup_s=fmt_num(r.get("startup_s"), sig=3),
                         kernels=describe_start(r.get("engine_start")))
@@ -255,6 +256,31 @@ def _what_ran(manifest: Manifest | None) -> list[dict]:
     return rows
 
 
+def _model_line(manifest: Manifest | None) -> str | None:
+    """The candidate's model in words: "llama-1b-seed0-bfloat16-cuda (llama-1b, 1.24e+09
+    parameters, 16 layers x 2048, random weights)", or its folder's name."""
+    m = ((manifest.models if manifest else None) or {}).get("candidate")
+    if not isinstance(m, dict):
+        return None
+    shape = m.get("shape") or {}
+    bits = [str(m["preset"])] if m.get("preset") else []
+    if m.get("parameters"):
+        bits.append(f"{fmt_num(m['parameters'], sig=3)} parameters")
+    if shape.get("num_hidden_layers") and shape.get("hidden_size"):
+        bits.append(f"{shape['num_hidden_layers']} layers x {shape['hidden_size']}")
+    if m.get("random_weights"):
+        bits.append("random weights")
+    return f"{m.get('name')}" + (f" ({', '.join(bits)})" if bits else "")
+
+
+def _build_folder(manifest: Manifest | None, side: str) -> str | None:
+    """A side's own build by its folder (`build b-pr/site`), where it ran one: two builds of
+    one vLLM release and commit (a PR's tree against main's, a fault written back into a
+    copy) report the same version and commit, and only the folder tells them apart."""
+    path = (((manifest.builds if manifest else None) or {}).get(side) or {}).get("path")
+    return build_label(str(path)) if path else None
+
+
 def _identity(summary: RunSummary, manifest: Manifest | None) -> dict:
     """The verdict line's account of the run: each side as TARGET:RUNNER with its vLLM
     build where the run recorded one (history.build_identity: what the engine reported,
@@ -266,8 +292,9 @@ def _identity(summary: RunSummary, manifest: Manifest | None) -> dict:
         runner = spec.get("runner") or getattr(summary, side) or "?"
         target = spec.get("target") or summary.target
         version, commit = builds.get(f"{side}_vllm_version"), builds.get(f"{side}_vllm_commit")
-        build = " ".join(x for x in (version and f"vLLM {version}", commit and f"@ {commit[:12]}")
-                         if x)
+        folder = _build_folder(manifest, side)
+        build = " ".join(x for x in (version and f"vLLM {version}", commit and f"@ {commit[:12]}",
+                                     folder and f"(build {folder})") if x)
         faults = spec.get("faults") or (summary.candidate_faults if side == "candidate" else [])
         if runner != "?" or target:          # a compare or an import may name neither
             sides.append(dict(side=side, label=f"{target}:{runner}" if target else runner,
@@ -279,6 +306,7 @@ def _identity(summary: RunSummary, manifest: Manifest | None) -> dict:
     device = dev.get("cuda") or (f"{cand.get('device', 'cpu')} ({dev['cpu_count']} cores)"
                                  if dev.get("cpu_count") else cand.get("device"))
     return dict(sides=sides, device=device or "device not recorded",
+                model=_model_line(manifest),
                 duration=fmt_duration(summary.wall_s) if summary.wall_s else None)
 
 

@@ -250,6 +250,41 @@ def make_model(out: str | Path, preset_name: str, *, seed: int = 0, device: str 
     return out
 
 
+def cache_dir() -> Path:
+    """Where made models are kept between runs: $MRBENCH_MODEL_CACHE, else
+    ~/.cache/mrbench/models."""
+    env = os.environ.get("MRBENCH_MODEL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "mrbench" / "models"
+
+
+def cached_model(preset_name: str, *, seed: int = 0, device: str = "cpu",
+                 dtype: str | None = None, root: Path | None = None,
+                 progress: Callable[[str], None] | None = None) -> Path:
+    """The preset's random Llama in the model cache, made the first time it is asked for
+    and reused after: a real-shape model is a GPU run's default, and writing 2.5 GB every
+    run (and for every build of a two-build study) would cost more than the run's engines
+    start. Keyed by everything that changes its bytes (preset, seed, dtype, the device that
+    drew it: a CUDA generator draws other numbers than the CPU's). Two runs asking at once
+    take turns on a lock file; `make_model`'s rename means a folder there is whole."""
+    import fcntl  # lazy: POSIX only, and only where a model is cached
+
+    p = preset(preset_name)
+    dtype = dtype or p.dtype
+    root = root or cache_dir()
+    out = root / f"{preset_name}-seed{seed}-{dtype}-{device}"
+    if (out / SIDECAR).is_file():
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / SIDECAR).is_file():
+            if out.exists():                  # not ours to guess at: a folder left half-made
+                shutil.rmtree(out)            # by hand; make_model's own are hidden
+            make_model(out, preset_name, seed=seed, device=device, dtype=dtype,
+                       progress=progress)
+    return out
+
+
 def _write(path: Path, p: Preset, name: str, seed: int, device: str, dtype: str,
            max_shard_bytes: int, say: Callable[[str], None]) -> None:
     from safetensors.torch import save_file  # lazy: only where a model is written

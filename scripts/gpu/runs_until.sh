@@ -12,7 +12,9 @@
 #   TAG       prefix of the run directories (unique per call: m1c2 = machine 1, call 2)
 #   SECONDS   the call's budget: after the first run, none starts unless the last run's
 #             time (x 1.1) still fits
-#   SETTINGS  comma list, `clean` or a slow-step PCT (default clean,7.6), each optionally
+#   SETTINGS  comma list, `clean`, a slow-step PCT (default clean,7.6) or, with SITE set,
+#             `build:NAME` (the candidate is a build with vllm fault NAME written back,
+#             made by scripts/gpu/make_build.py into BUILDS_DIR/b-NAME), each optionally
 #             with one of
 #             `@baseline`: that run builds the baseline's engine first (--build-first
 #               baseline; the run is named ...-clean-bfirst): e.g. clean,clean@baseline is
@@ -24,6 +26,11 @@
 #               is measured (...-clean-coldkeep): clean@cold-keep,clean@cold shows the
 #               cold-compile bias and its fix (research/host_gap_from_runs.py reads them)
 # Env: ENTRY (default gpu-quick:gsm8k), DEVICE (cuda), PIN_CPUS (4), CANARY_CPU (5),
+#   SITE (a vLLM site folder, e.g. the kit's /tmp/vllm-kit/site: every run is two builds of
+#   the vllm target's V2, the candidate a linked copy of SITE made by make_build.py,
+#   b-same for clean and slow-step runs, b-NAME for build:NAME, the baseline
+#   SITE itself; the model is the target's GPU default unless RUN_ARGS names one;
+#   BUILDS_DIR: where the builds go instead of /tmp),
 #   RUN_ARGS (more `mrbench run` flags, split on spaces: e.g. "--limit 3072" for 192
 #   waves of the gsm8k entry, to measure what more waves buy without editing the suite),
 #   FIRST (index of the first setting this call takes, so that calls go on where the last
@@ -44,9 +51,11 @@ tag=${2:?TAG}
 budget=${3:?SECONDS}
 IFS=, read -ra settings <<< "${4:-clean,7.6}"
 for s in "${settings[@]}"; do
-  [[ $s =~ ^(clean|[0-9]+([.][0-9]+)?)(@baseline|@cold|@cold-keep)?$ ]] || {
-    echo "runs_until.sh: setting '$s' is neither 'clean' nor a slow-step PCT" \
+  [[ $s =~ ^(clean|[0-9]+([.][0-9]+)?|build:[a-z0-9-]+)(@baseline|@cold|@cold-keep)?$ ]] || {
+    echo "runs_until.sh: setting '$s' is neither 'clean', a slow-step PCT nor build:NAME" \
       "(either with @baseline, @cold or @cold-keep, or not)"; exit 2; }
+  [[ $s == build:* && -z ${SITE:-} ]] && {
+    echo "runs_until.sh: setting '$s' needs SITE (the baseline's vLLM site folder)"; exit 2; }
 done
 py=${PYTHON:-python3}
 entry=${ENTRY:-gpu-quick:gsm8k}
@@ -82,16 +91,28 @@ while :; do
   [[ $suffix == baseline ]] && iso=(--build-first baseline)
   [[ $suffix == cold-keep ]] && iso=(--cold-engines keep)
   [[ $suffix == cold* ]] && cold=(env "TRITON_CACHE_DIR=$runs/$name.triton")
-  [[ $s != clean ]] && fault=(--fault "slow-step:$s")
+  sides=(--baseline v2 --candidate v2)
+  if [[ -n ${SITE:-} ]]; then            # two builds: a linked copy (with a fault) vs SITE
+    b=same; [[ $s == build:* ]] && b=${s#build:}
+    build="${BUILDS_DIR:-/tmp}/b-$b"
+    [[ -d $build ]] || $py scripts/gpu/make_build.py "$SITE" "$build" \
+        $([[ $b != same ]] && echo "--fault $b") >> "$out/log.txt" 2>&1 || {
+      echo "stop: make_build.py could not make $build" | tee -a "$out/log.txt"; exit 2; }
+    sides=(--target vllm --baseline "vllm@$SITE:v2" --candidate "vllm@$build:v2")
+    name=${name/build:/}
+  fi
+  [[ $s != clean && $s != build:* ]] && fault=(--fault "slow-step:$s")
   t0=$SECONDS
   echo "$name: started at ${used} s" | tee -a "$out/log.txt"
-  "${cold[@]}" $py -m mrbench run "$entry" --baseline v2 --candidate v2 "${fault[@]}" "${iso[@]}" \
+  "${cold[@]}" $py -m mrbench run "$entry" "${sides[@]}" "${fault[@]}" "${iso[@]}" \
       --device "${DEVICE:-cuda}" "${pin[@]}" "${extra[@]}" --out "$runs/$name" \
       > "$runs/$name.stdout" 2> "$runs/$name.stderr"
   rc=$?
   last=$(( SECONDS - t0 ))
   # the latency rows of the result table: workload, metric, ..., verdict (last column)
-  verdicts=$(awk '$2 ~ /^(p99|median)_[a-z_]+_ms$/ {printf "%s %s ", $2, $NF}' \
+  # and every other row that failed (token_agreement, launches_vs_baseline, ...)
+  verdicts=$(awk '$2 ~ /^(p99|median)_[a-z_]+_ms$/ {printf "%s %s ", $2, $NF}
+                  $2 !~ /_ms$/ && $NF ~ /^(REGRESSION|error)$/ {printf "%s/%s %s ", $1, $2, $NF}' \
              "$runs/$name.stdout")
   echo "$name: exit $rc in ${last} s; $verdicts" | tee -a "$out/log.txt"
   if (( rc == 2 )); then       # bad input (a flag in RUN_ARGS, the entry): every run would

@@ -11,3 +11,12 @@ EXTRA_OP = {"v1/sample/sampler.py": (
 OTHER_DRAW = {"v1/sample/ops/topk_topp_sampler.py": (
     "        logits_f32 = logits.to(dtype=torch.float32)\n",
     "        logits_f32 = logits.to(dtype=torch.float32) / 2\n")}
+# one seeded stream drawn differently: the request seeded 5 gets its Gumbel seed plus one
+# at every draw, every other stream is untouched (a changed noise that moves one stream
+# of eight: 7/8 agree, which a Wilson bound at 0.99 would pass)
+ONE_STREAM = {"v1/sample/ops/topk_topp_sampler.py": (
+    "        logits_f32 = logits.to(dtype=torch.float32)\n",
+    "        logits_f32 = logits.to(dtype=torch.float32)\n"
+    "        for i, gen in generators.items():\n"
+    "            if gen.initial_seed() == 5:\n"
+    "                seeds[i] += 1\n")}

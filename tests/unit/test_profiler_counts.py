@@ -11,10 +11,19 @@ import numpy as np
 import pytest
 
 from mrbench.harness.measure import phases
-from mrbench.harness.measure.profiler import CUDA_SYNC_CALLS, LISTED_OPS, count_per_step, is_sync
+from mrbench.harness.measure.profiler import (
+    CUDA_SYNC_CALLS,
+    DRIVER_LAUNCH_CALLS,
+    GRAPH_LAUNCH_CALLS,
+    LISTED_OPS,
+    RUNTIME_LAUNCH_CALLS,
+    count_per_step,
+    is_sync,
+)
 
 NAMES = ("aten::mm", "aten::add", "aten::_local_scalar_dense", "aten::item", "aten::nonzero",
-         "cudaStreamSynchronize", "cudaMemcpy", "cudaLaunchKernel", "[memory]", "misc")
+         "cudaStreamSynchronize", "cudaMemcpy", "cudaLaunchKernel", "cuLaunchKernel",
+         "cudaGraphLaunch", "[memory]", "misc")
 
 
 def _reference(events, step_label, phase_labels, device):
@@ -44,6 +53,13 @@ def _reference(events, step_label, phase_labels, device):
                     for p in phase_labels},
                  **{n: 0 for n in LISTED_OPS + CUDA_SYNC_CALLS})
             for i in range(len(steps[0]))]
+    cuda = device.startswith("cuda")
+    if cuda:
+        for row in rows:
+            row.update(launches=0, graph_launches=0,
+                       **{f"{k}_{p}": 0 for k in ("launches", "graph_launches")
+                          for p in phase_labels})
+    runtime = [(a, b) for n, a, b, _ in events if n in RUNTIME_LAUNCH_CALLS]
     for name, t0, t1, nbytes in events:
         i = holding(*steps, t0, t1)
         if i is None:
@@ -72,6 +88,14 @@ def _reference(events, step_label, phase_labels, device):
         if best is not None:
             row[f"ops_{best}"] += aten
             row[f"syncs_{best}"] += is_sync(name, device)
+        # a driver launch inside a runtime launch call is that call's own, not another
+        launch = name in RUNTIME_LAUNCH_CALLS or (
+            name in DRIVER_LAUNCH_CALLS and not any(a <= t0 and t1 <= b for a, b in runtime))
+        for kind, hit in (("launches", launch), ("graph_launches", name in GRAPH_LAUNCH_CALLS)):
+            if cuda and hit:
+                row[kind] += 1
+                if best is not None:
+                    row[f"{kind}_{best}"] += 1
     for row in rows:
         row["syncs_hot"] = sum(row[f"syncs_{p}"] for p in phases.HOT_PHASES if p in phase_labels)
     return rows

@@ -19,6 +19,7 @@ SCRIPT = ROOT / "scripts" / "gpu" / "runs_until.sh"
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 [[ $1 == -c ]] && exit 0                       # the script's `import pydantic` probe
+[[ $1 == scripts/gpu/make_build.py ]] && { mkdir -p "$3"; echo "MAKE: $*"; exit 0; }
 echo "ARGS: $*"
 echo "TRITON_CACHE_DIR: ${TRITON_CACHE_DIR:-unset}"
 [[ $* == *--bogus* ]] && { echo "mrbench run: unrecognized arguments: --bogus" >&2; exit 2; }
@@ -76,7 +77,7 @@ def test_at_baseline_builds_the_baseline_engine_first(tmp_path: Path, first: str
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, settings: str) -> None:
     res = _run(tmp_path, "v", "600", settings)
     assert res.returncode == 2
-    assert res.stdout.count("\n") == 1 and "neither 'clean' nor a slow-step PCT" in res.stdout
+    assert res.stdout.count("\n") == 1 and "neither 'clean', a slow-step PCT nor build:NAME" in res.stdout
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
@@ -99,3 +100,29 @@ def test_cold_settings_give_a_run_an_empty_triton_cache_and_keep_or_rebuild(tmp_
     assert "--cold-engines" not in plain and "--build-first" not in plain
     assert f"TRITON_CACHE_DIR: {os.environ.get('TRITON_CACHE_DIR', 'unset')}" in plain
     assert _run(tmp_path, "d", "0", "clean@hot").returncode == 2
+
+
+def test_with_site_each_run_is_two_builds_and_a_fault_build_is_made_once(tmp_path: Path
+                                                                         ) -> None:
+    """SITE: the baseline is that vLLM site, the candidate a linked copy (b-same) or a copy
+    with a fault written back (build:NAME, made by make_build.py once and kept)."""
+    env = dict(SITE="/kit/site", BUILDS_DIR=str(tmp_path / "b"))
+    for first in ("0", "1", "2"):
+        res = _run(tmp_path, "s", "0", "clean,build:seq-lens-sync,5", FIRST=first, **env)
+        assert res.returncode == 0, res.stdout
+    same, fault = tmp_path / "b" / "b-same", tmp_path / "b" / "b-seq-lens-sync"
+    clean = _argv(tmp_path, "s-00-clean")
+    assert f"--baseline vllm@/kit/site:v2 --candidate vllm@{same}:v2" in clean
+    assert "--target vllm" in clean and "--fault" not in clean
+    built = _argv(tmp_path, "s-01-seq-lens-sync")
+    assert f"--candidate vllm@{fault}:v2" in built and "--fault" not in built
+    ruler = _argv(tmp_path, "s-02-5")
+    assert f"--candidate vllm@{same}:v2" in ruler and "--fault slow-step:5" in ruler
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert log.count("MAKE:") == 2                   # b-same once, b-seq-lens-sync once
+    assert f"MAKE: scripts/gpu/make_build.py /kit/site {fault} --fault seq-lens-sync" in log
+
+
+def test_a_fault_build_without_site_is_refused(tmp_path: Path) -> None:
+    res = _run(tmp_path, "x", "0", "build:seq-lens-sync")
+    assert res.returncode == 2 and "needs SITE" in res.stdout

@@ -280,6 +280,8 @@ def _schema_2_db(path: Path) -> Path:
     """A history as schema 2 stored it: old names, and both names for an older import."""
     with sqlite3.connect(path) as con:
         con.executescript(history._SCHEMA)           # schema 3 changed names, not tables
+        for c in history.FOLDER_COLUMNS:             # schema 5 added these
+            con.execute(f"ALTER TABLE runs DROP COLUMN {c}")
         con.execute("INSERT INTO meta VALUES ('schema', '2')")
         for day in (1, 2):
             cur = con.execute(
@@ -361,6 +363,8 @@ def test_a_schema_3_history_reads_its_spec_decode_rows_as_vllms(tmp_path):
     db = tmp_path / "h.sqlite"
     with sqlite3.connect(db) as con:
         con.executescript(history._SCHEMA)           # schema 4 changed names, not tables
+        for c in history.FOLDER_COLUMNS:             # schema 5 added these
+            con.execute(f"ALTER TABLE runs DROP COLUMN {c}")
         con.execute("INSERT INTO meta VALUES ('schema', '3')")
         cur = con.execute(
             "INSERT INTO runs (run_dir, created, target, suite, device, model, baseline, "

@@ -8,7 +8,7 @@ tests/support/vllm_builds.py)."""
 import json
 
 import pytest
-from support.vllm_builds import EXTRA_OP, OTHER_DRAW
+from support.vllm_builds import EXTRA_OP, ONE_STREAM, OTHER_DRAW
 
 from mrbench.harness.cli import main
 from mrbench.harness.run.builds import overlay
@@ -27,9 +27,10 @@ workloads:
     params: {limit: 4, max_num_seqs: 8, max_tokens: 16, profile_limit: 2}
   - id: sampled
     workload: sampled
-    # temperature 2 and a wide top-k: the bundled model is near-greedy at 1
-    params: {limit: 4, samples_per_prompt: 2, temperature: 2.0, top_k: 64, max_tokens: 16,
-             max_num_seqs: 8, wave_size: 8, profile_limit: 0}
+    # temperature 2, a wide top-k, no top-p and 64 tokens: the bundled model is so sure of
+    # GSM8K that with top-p 0.95 (or 16 tokens) every prompt gives one stream from its seeds
+    params: {limit: 4, samples_per_prompt: 2, temperature: 2.0, top_k: 64, top_p: 1.0,
+             max_tokens: 64, max_num_seqs: 8, wave_size: 8, profile_limit: 0}
 """
 
 
@@ -51,7 +52,11 @@ def test_the_same_vllm_as_two_builds_passes_and_each_side_runs_its_own(tmp_path)
     assert summary["candidate"] == "v1@same" and summary["baseline"] == "v1@harness"
     assert checks[("gsm8k", "ops_vs_baseline")]["verdict"] == "pass"
     assert checks[("gsm8k", "ops_vs_baseline")]["note"] == "identical counts"
-    assert checks[("sampled", "token_agreement")]["verdict"] == "pass"   # gated: one sampler
+    agree = checks[("sampled", "token_agreement")]
+    assert agree["verdict"] == "pass", agree                   # gated: one sampler, exact
+    assert agree["threshold"] == "0 divergent seeded streams"
+    assert "prompts gave more than one stream" in agree["note"]    # not greedy in effect
+    assert checks[("gsm8k", "launches_vs_baseline")]["note"].startswith("not measured: no CUDA")
     res = manifest["resolved"]["gsm8k"]
     assert res["candidate"]["vllm_dir"] == str(build / "vllm")
     assert res["baseline"]["vllm_dir"] != str(build / "vllm")
@@ -70,3 +75,16 @@ def test_a_build_with_an_extra_op_and_another_draw_is_caught_side_against_side(t
     assert checks[("gsm8k", "token_agreement")]["verdict"] == "pass"     # greedy: no draw
     agree = checks[("sampled", "token_agreement")]
     assert agree["verdict"] == "regression" and "diverge" in agree["note"], agree
+
+
+def test_a_build_that_draws_one_seeded_stream_differently_fails_token_agreement(tmp_path):
+    """One stream of eight differs: the bar is 0 divergent streams, where a Wilson bound at
+    0.99 on 7/8 (upper end above 0.99) passed."""
+    build = overlay(tmp_path / "one", ONE_STREAM)
+    code, summary, checks, _ = _run(tmp_path, build, "one")
+    agree = checks[("sampled", "token_agreement")]
+    assert agree["verdict"] == "regression", agree
+    assert agree["note"].startswith("1 of 8 seeded streams diverge"), agree
+    assert agree["candidate"] == pytest.approx(7 / 8)
+    assert checks[("gsm8k", "token_agreement")]["verdict"] == "pass"     # greedy: no draw
+    assert code == 1 and summary["verdict"] == "regression"

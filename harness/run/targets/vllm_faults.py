@@ -56,6 +56,9 @@ class VllmFault:
         return dict(self.inert).get(release or "")
 
 
+# where the faults judged side against side are caught: V2 on both sides
+_ONE_RUNNER = "two builds of V2, or V2 against V2 (`--candidate v2 --baseline v2`): "
+
 FAULTS: dict[str, VllmFault] = {f.name: f for f in (
     VllmFault(
         "stale-slot-state", 39833,
@@ -180,6 +183,59 @@ FAULTS: dict[str, VllmFault] = {f.name: f for f in (
         coverage="`backends:spec@FLASHINFER`: FlashInfer with spec decode is the one "
                  "combination there whose CUDA-graph support is below UNIFORM_BATCH "
                  "(its cudagraph_mode check catches it)"),
+    # The three below are judged side against side: one runner on both sides (two builds,
+    # scripts/gpu/make_build.py, or V2 against V2 with the fault put in the candidate), in
+    # `gpu-ab`. Against V1 their checks are not gated (latency differs by design, the
+    # samplers differ, launches are compared only within one runner), so `faults` runs them
+    # only when named.
+    VllmFault(
+        "output-copy-event-reuse", 39115,
+        "V2's output copies share one CUDA event again, as the runner's single "
+        "output_copy_event did: under async scheduling step N+1 records it before step N's "
+        "output is read, so reading step N waits for step N+1's sampling and copy, and the "
+        "host schedules step N+2 while the GPU idles (the lost overlap shows as step time: "
+        "median_step_ms and the inter-token latency in a two-build run; without async "
+        "scheduling nothing changes)",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.async_utils", "AsyncOutput.__init__",
+            old="self.copy_event = torch.cuda.Event(blocking=True)",
+            new="# mrbench fault output-copy-event-reuse (vLLM PR 39115 reverted): one "
+                "event for every step's output copy\n"
+                "if not hasattr(copy_stream, \"mrbench_output_copy_event\"):\n"
+                "    copy_stream.mrbench_output_copy_event = torch.cuda.Event(blocking=True)\n"
+                "self.copy_event = copy_stream.mrbench_output_copy_event"),),
+        coverage=_ONE_RUNNER + "median_step_ms and the ITL on `gpu-ab:gsm8k`"),
+    VllmFault(
+        "gumbel-fp32-log-noise", 45996,
+        "V2's fp32 Gumbel sampler draws its noise as -log(-log(u)) again, not "
+        "-log(-log1p(-u)): the same uniforms give other noise (the winning tail back at "
+        "u -> 1, capped near 16.6), so a seeded request samples other tokens. Meant for "
+        "token_agreement on the seeded `sampled` workload in a two-build run (the fp64 path, "
+        "use_fp64_gumbel, is untouched)",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.sample.gumbel", "gumbel_block_argmax",
+            old="gumbel_noise = -tl.log(-tldevice.log1p(-u))",
+            new="gumbel_noise = -tl.log(-tl.log(u))  # mrbench fault gumbel-fp32-log-noise "
+                "(vLLM PR 45996 reverted)",
+            # the rejection sampler's kernels call it by this name too
+            rebind=("vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils",)),),
+        coverage=_ONE_RUNNER + "token_agreement on `gpu-ab:sampled`"),
+    VllmFault(
+        "prefill-kernel-every-step", 34780,
+        "V2's prepare_inputs launches the prepare-prefill Triton kernel on every step again, "
+        "decode-only steps included, where each of its programs returns at once: one more "
+        "kernel launch per decode step in the prepare phase and no other change (no torch op, "
+        "so the op counts do not see it). Meant for launches_vs_baseline (CUDA kernel "
+        "launches per step per phase, side against side) in a two-build run",
+        ("0.26.0",),
+        (SourcePatch(
+            "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.prepare_inputs",
+            old="if np.any(is_prefilling_np):",
+            new="if True:  # mrbench fault prefill-kernel-every-step (vLLM PR 34780 "
+                "reverted): decode-only steps launch it too"),),
+        coverage=_ONE_RUNNER + "launches_vs_baseline on `gpu-ab:gsm8k`"),
 )}
 
 
@@ -213,7 +269,20 @@ def _owner_and_function(p: SourcePatch) -> tuple[Any, str, Any]:
     owner: Any = mod
     for part in path:
         owner = getattr(owner, part)
-    return owner, name, inspect.unwrap(getattr(owner, name))
+    return owner, name, _source_function(getattr(owner, name))
+
+
+def _source_function(obj: Any) -> Any:
+    """The Python function whose source a patch edits: the one a decorator wraps
+    (`__wrapped__`), or the one a `@triton.jit` kernel keeps as `.fn` (a Triton
+    JITFunction has no `__wrapped__`, and its source is its function's). Its source
+    carries its decorators, so recompiling it makes a new kernel object, which Triton
+    compiles, and hashes for its cache, from the patched text."""
+    fn = inspect.unwrap(obj)
+    inner = getattr(fn, "fn", None)
+    if not inspect.isfunction(fn) and inspect.isfunction(inner):
+        return inner
+    return fn
 
 
 def patched_source(source: str, p: SourcePatch) -> str:
