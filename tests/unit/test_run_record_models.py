@@ -102,6 +102,7 @@ EXPECTED = {            # metric -> (what its delta is, which way its bar binds)
     "ops_per_step": (DeltaKind.DIFFERENCE, BarKind.NONE),
     "allocs_per_step": (DeltaKind.DIFFERENCE, BarKind.NONE),
     "ops_vs_baseline": (DeltaKind.DIFFERENCE, BarKind.MAX_INCREASE),
+    "launches_vs_baseline": (DeltaKind.DIFFERENCE, BarKind.MAX_INCREASE),
     "state_audit_violations": (DeltaKind.NONE, BarKind.MAX_VALUE),
     "ops_vs_reference": (DeltaKind.DIFFERENCE, BarKind.MAX_INCREASE),
     "unwarmed_dispatch": (DeltaKind.NONE, BarKind.MAX_VALUE),
