@@ -111,7 +111,7 @@ def exact_streams_check(wl: str, base: SideResult, cand: SideResult,
     elif prompts == 0 or 2 * one > prompts:
         note = (f"not measured: {one} of {prompts} prompts gave a single stream from their "
                 "seeds on the baseline (a setting this cold is greedy in effect: a changed "
-                "sampler noise would not show); all {n} streams equal".replace("{n}", str(n)))
+                f"sampler noise would not show); all {n} streams equal")
         verdict = Verdict.INFO
     else:
         note = (f"{n} seeded streams equal; {prompts - one} of {prompts} prompts gave more "

@@ -278,8 +278,9 @@ def cached_model(preset_name: str, *, seed: int = 0, device: str = "cpu",
     with open(root / f".{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / SIDECAR).is_file():
-            if out.exists():                  # not ours to guess at: a folder left half-made
-                shutil.rmtree(out)            # by hand; make_model's own are hidden
+            if out.exists():                  # a folder at this key without its sidecar was
+                shutil.rmtree(out)            # cut short outside make_model (which renames
+                                              # a whole model into place): made again
             make_model(out, preset_name, seed=seed, device=device, dtype=dtype,
                        progress=progress)
     return out
