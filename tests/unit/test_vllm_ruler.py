@@ -105,3 +105,14 @@ def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
     monkeypatch.setattr(vllm_args.importlib.util, "find_spec", lambda name: real)
     monkeypatch.setattr(vllm_args, "version", lambda dist: "0.26.0")
     assert vllm_args.installed_version() == "0.26.0"
+
+
+def test_on_cpu_the_ruler_spins_the_host_only():
+    """No CUDA: no device spin and no calibration (nothing queued, nothing recorded)."""
+    ruler = vllm_ruler.StepRuler(20, "cpu")
+    t0 = time.perf_counter()
+    _busy(0.005)
+    ruler.spin_after(t0)
+    assert ruler.cycles_per_ms is None and ruler.device_spins == 0
+    rec = ruler.record()
+    assert rec["device_cycles_per_ms"] is None and "device spin" not in rec["busy_work"]

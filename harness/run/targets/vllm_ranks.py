@@ -92,7 +92,8 @@ def _end_call(state: _RankState, last: bool) -> None:
     """A call of the open step returned; after its last one (`sample_tokens`) the ruler,
     where the side has one, spins for its share of a step that had tokens."""
     if last and state.ruler is not None and state.open_scheduled:
-        state.ruler_ms = state.ruler.spin_after(state.t_open)
+        # the device spin is one launch: not while the profiled pass counts them
+        state.ruler_ms = state.ruler.spin_after(state.t_open, on_device=state.prof is None)
     state.t_last = time.perf_counter()
 
 
@@ -128,7 +129,9 @@ def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...],
     w = _inner(worker)
     applied = vllm_faults.apply(faults) if faults else []
     probe = phases.install(w.model_runner, phases.VLLM_V2 if runner == "v2" else phases.VLLM_V1)
-    state = _RankState(ruler=vllm_ruler.StepRuler(ruler_pct) if ruler_pct else None)
+    import torch
+    state = _RankState(ruler=vllm_ruler.StepRuler(
+        ruler_pct, "cuda" if torch.cuda.is_available() else "cpu") if ruler_pct else None)
     setattr(w, _STATE, state)
     _cut_steps(w, state)
     r = w.model_runner

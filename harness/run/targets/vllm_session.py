@@ -119,7 +119,8 @@ class VllmSession:
             self._count_sync_warnings()
         historic, self.ruler_pct = vllm_ruler.split(side.faults)
         self.faults_applied = vllm_faults.apply(historic) if historic else []
-        self.ruler = vllm_ruler.StepRuler(self.ruler_pct) if self.ruler_pct else None
+        self.ruler = (vllm_ruler.StepRuler(self.ruler_pct, side.device) if self.ruler_pct
+                      else None)
         # CPU vLLM: no graph classes; runners in vLLM's workers: not read there yet
         self.in_workers = runners_in_workers(side, options)
         self.reads_dispatch = side.device.startswith("cuda") and not self.in_workers
@@ -314,8 +315,10 @@ class VllmSession:
                 outs = e.step()
                 s = e.last_sched
                 ran = s is not None and bool(s.total_num_scheduled_tokens)
-                # the ruler: inside the timed step, before its tokens are stamped
-                ruler_ms = self.ruler.spin_after(t0) if self.ruler and ran else None
+                # the ruler: inside the timed step, before its tokens are stamped; its
+                # device spin is one launch, so not in the profiled (auditing) pass
+                ruler_ms = (self.ruler.spin_after(t0, on_device=not self.auditing)
+                            if self.ruler and ran else None)
         except Exception as ex:
             if not self.pd:
                 raise
