@@ -1,6 +1,7 @@
 """mrbench: replay workloads on a candidate and a baseline model runner and gate regressions.
 
-Exit codes: 0 pass, 1 regression, 2 bad input, 3 a run failed.
+Exit codes: 0 pass, 1 regression, 2 bad input, 3 a run failed (or its results could not be
+written), 130 interrupted.
 """
 # This module only builds the parser and dispatches: each command is harness/commands/<name>.py.
 from __future__ import annotations
@@ -27,7 +28,12 @@ from .commands import (
 )
 from .commands import list as list_
 from .commands.common import percentiles_option, run_options
-from .record.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from .record.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_RUN_FAILED,
+    ResultsNotWritten,
+)
 from .run import (
     interrupts,
     targets,  # noqa: F401  (registers the targets, plugins of MRBENCH_TARGET_MODULES too)
@@ -203,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         except BadInput as e:
             print(f"mrbench: error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except ResultsNotWritten as e:     # a full disk at the commit: nothing written
+            print(f"mrbench: error: {e}", file=sys.stderr)
+            return EXIT_RUN_FAILED
         except KeyboardInterrupt:
             print("mrbench: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED

@@ -211,8 +211,26 @@ class LLM:
                   for r in c.step_records[n:])
         self._idle_steps = 0 if ran else self._idle_steps + 1
         if self._idle_steps >= 100 and self.has_unfinished():
-            raise RuntimeError("engine made no progress in 100 steps (KV blocks exhausted? "
-                               "raise num_kv_blocks)")
+            raise RuntimeError("engine made no progress in 100 steps: " + "; ".join(
+                self._stall(c) for c in self.cores
+                if c.scheduler.has_unfinished() or c.has_in_flight))
+
+    @staticmethod
+    def _stall(core: EngineCore) -> str:
+        """Why `core` schedules nothing, from its scheduler and block pool now: "KV blocks
+        exhausted" only where the first waiting request's blocks are really not there, and
+        what is known otherwise (the hint a report gives follows these words)."""
+        sched, alloc = core.scheduler, core.allocator
+        queue = (f"{len(sched.waiting)} waiting, {len(sched.running)} running, "
+                 f"{alloc.num_free} of {alloc.num_blocks} KV blocks free")
+        short = sched.kv_shortfall()
+        if short is not None:
+            need, usable = short
+            return (f"KV blocks exhausted on the {core.name} instance: its first waiting "
+                    f"request needs {need} blocks, {usable} can be taken ({queue}); raise "
+                    "num_kv_blocks")
+        return (f"no request scheduled on the {core.name} instance, with KV blocks to "
+                f"spare ({queue}): not a KV shortage")
 
     # ---- PD disaggregation -----------------------------------------------------------
     def _hand_off(self, prefill: EngineCore, decode: EngineCore,

@@ -1,10 +1,29 @@
 """Fixtures shared by every test folder (unit, e2e, gpu, vllm). Helpers live in tests/support."""
 
+import os
+
 import pytest
 from support.runner import make_prompts, run
 
 from mrbench.contract import data_dir as data_dir_path
 from mrbench.runner_impl.model.random_llama import make_tiny_llama
+
+
+WEEKLY_ENV = "MRBENCH_WEEKLY"
+
+
+def pytest_collection_modifyitems(config, items):
+    """`weekly` tests skip, saying why, unless MRBENCH_WEEKLY=1: each starts several real
+    vLLM engines on CPU (one to three minutes on two cores) for a path that a per-push test
+    covers in part; ci/weekly.yml runs them. A skip, not a deselection, so every run's
+    summary counts what it left out."""
+    if os.environ.get(WEEKLY_ENV) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"weekly: ci/weekly.yml runs it ({WEEKLY_ENV}=1 "
+                                   "pytest -m weekly)")
+    for item in items:
+        if "weekly" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

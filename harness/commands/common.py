@@ -27,6 +27,7 @@ from ..run.orchestrate import Isolation, Overrides
 from ..run.preload import start_method
 from ..run.targets.base import TARGETS, SideSpec
 from ..run.targets.vllm_args import PD_GPUS_ENV, parse_pd_gpus
+from ..show.failure_hints import hint_for
 from ..show.formatting import fmt_num, fmt_p
 
 
@@ -301,7 +302,9 @@ def print_summary(summary: RunSummary, path: Path, as_json: bool) -> None:
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
     for f in summary.failures:
-        print(f"FAILED {f.workload} ({f.side}): {f.error}")
+        hint = hint_for(f.error)
+        print(f"FAILED {f.workload} ({f.side}): {f.error}\n  what happened: {hint.happened}"
+              f"\n  what to try: {hint.to_try}")
     for u in summary.unsupported:
         print(f"UNSUPPORTED HERE {u.workload} ({u.side}, {u.target}): {u.reason}")
     for wl, sides in summary.metrics.items():

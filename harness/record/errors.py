@@ -3,11 +3,15 @@
 0 pass; 1 a regression (or a missed fault); 2 bad input (`mrbench.contract.BadInput`: the
 user's config, flags, dataset or paths are wrong, said in one line before anything is
 written); 3 a run failed (a target crashed or hung; recorded in the results, and the other
-workloads still ran); 130 interrupted (SIGINT or SIGTERM: a run keeps what finished, see
+workloads still ran), or its results could not be written (`ResultsNotWritten`: one line,
+nothing written); 130 interrupted (SIGINT or SIGTERM: a run keeps what finished, see
 `RunInterrupted`).
 """
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:                        # run_record imports the exit codes from here
@@ -27,3 +31,30 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, summary: RunSummary, path) -> None:
         super().__init__(f"interrupted; results in {path}")
         self.summary, self.path = summary, path
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the filesystem `path` (or its nearest existing parent) is on."""
+    p = Path(os.path.abspath(path))
+    while not p.exists():
+        p = p.parent
+    while not os.path.ismount(p):
+        p = p.parent
+    return p
+
+
+class ResultsNotWritten(Exception):
+    """A run's results could not be written to `out` (a full disk, a quota, a read-only
+    mount). The writer removed its hidden directory, so nothing half-written is left there
+    for `report` or `history add` to take for a run, and a run written there before is as
+    it was. The CLI says it in one line, which names the directory, the filesystem and the
+    OS's error, and exits EXIT_RUN_FAILED."""
+
+    def __init__(self, out: Path, e: OSError) -> None:
+        code = errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__
+        writing = f" writing {Path(e.filename).name}" if e.filename else ""
+        super().__init__(
+            f"the results could not be written to {out}: {e.strerror or e} [{code}]"
+            f"{writing} on the filesystem mounted at {_mount_point(out)}; nothing was "
+            "written there: free space there or write the results elsewhere (--out)")
+        self.out, self.errno = out, e.errno

@@ -30,7 +30,10 @@ one vLLM release and commit differ only there.
 
 Writes: only `add` writes, in one transaction (BEGIN IMMEDIATE ... COMMIT), after every
 run directory was read and checked; an older file (schema 1 or 2) is migrated in place
-inside that same transaction (a failure leaves it as it was). Reads never write: an older
+inside that same transaction (a failure leaves it as it was). An `add` killed inside its
+transaction leaves SQLite's journal beside the file; the next open rolls it back (a reader
+too: `_recover`), so the history holds what it held before, and a first `add` so cut off
+leaves an empty file that the next `add` makes anew. Reads never write otherwise: an older
 file is read through a migrated in-memory copy. A file that is not an mrbench history, or
 whose schema is newer than this mrbench's, is refused, untouched.
 
@@ -152,8 +155,39 @@ def _version(con: sqlite3.Connection, db: Path) -> str:
     return row[0]
 
 
+def _recover(db: Path) -> None:
+    """Roll back what a writer ended mid-transaction left in `db` (`add` killed, or the
+    machine lost, while its pages were reaching the file): SQLite does so on the first read
+    of a connection that may write, and a read-only one cannot (it fails with "attempt to
+    write a readonly database", which read as not a history). Only where a journal lies
+    beside the file; a journal of a writer still running is not rolled back (SQLite sees
+    its lock), and that read then only reads."""
+    if not Path(f"{db}-journal").exists():
+        return
+    try:
+        with closing(sqlite3.connect(db)) as con:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError:
+        pass                             # said, read-only, by whoever reads it next
+
+
+def _is_empty(db: Path) -> bool:
+    """Whether `db` holds no table: the first `add` was cut off before its commit (the
+    rollback leaves the file empty), so the next `add` makes the history anew."""
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            return con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    except sqlite3.DatabaseError:
+        return False                     # not a database: _version says so
+
+
 def _check_schema(db: Path) -> str:
-    """The schema version of `db` (read-only: nothing is written); BadInput if unreadable."""
+    """The schema version of `db` (read-only: nothing is written, but an interrupted
+    writer's transaction is rolled back first, `_recover`); BadInput if unreadable."""
+    _recover(db)
+    if _is_empty(db):
+        raise BadInput(f"history database {db} is empty (its first `history add` was cut off "
+                       "before it committed); `mrbench history add RUN ...` makes it")
     try:
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
             return _version(con, db)
@@ -288,10 +322,14 @@ def add(db: Path, run_dirs: list[Path]) -> int:
     A schema-1 history is migrated in the same transaction."""
     records = [run_record(Path(r)) for r in run_dirs]          # all read before any write
     if db.exists():
-        _check_schema(db)
+        _recover(db)
+        new = _is_empty(db)                # a first `add` cut off before its commit
+        if not new:
+            _check_schema(db)
     elif not db.parent.is_dir():
         raise BadInput(f"history database {db}: directory {db.parent} does not exist")
-    new = not db.exists()
+    else:
+        new = True
     con = sqlite3.connect(db, isolation_level=None)           # transactions by hand
     ok = False
     try:

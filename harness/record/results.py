@@ -44,6 +44,7 @@ from mrbench.contract.paths import data_origin
 
 from ..measure import canary
 from ..measure.affinity import current_affinity
+from .errors import ResultsNotWritten
 from .run_record import Manifest, RunSummary, RunVerdict, json_safe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,11 +141,13 @@ class RunWriter:
     def commit(self, manifest: Manifest, summary: RunSummary) -> Path:
         """Write the run into a hidden sibling, then rename it to `out`; returns `out`.
         The manifest is stamped with `results_format` (the caller's model is left as it
-        is). Nothing is rendered here."""
+        is). Nothing is rendered here. A write the OS refuses (ENOSPC, EDQUOT, EROFS)
+        removes the hidden sibling and raises ResultsNotWritten: `out` is left as it was."""
         manifest = manifest.model_copy(update={"results_format": RESULTS_FORMAT})
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        tmp: Path | None = None
         try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
             for t, rows in self.rows.items():
                 pd.DataFrame(rows).to_csv(tmp / f"{t}.csv", index=False)
             with (tmp / "tokens.jsonl").open("w") as f:
@@ -158,8 +161,11 @@ class RunWriter:
             if self.out.exists():              # an empty directory (check_out allowed it)
                 self.out.rmdir()
             os.replace(tmp, self.out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException as e:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, OSError):      # a full disk, a quota: one line, not a traceback
+                raise ResultsNotWritten(self.out, e) from None
             raise
         return self.out
 

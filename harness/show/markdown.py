@@ -10,6 +10,7 @@ from ..record.campaign_record import read_fault_matrix
 from ..record.results import read_record
 from ..record.run_record import Verdict
 from . import coverage
+from .failure_hints import hint_for
 from .formatting import fmt_num, fmt_p
 
 
@@ -29,7 +30,9 @@ def run_markdown(run_dir: Path) -> str:
                      f"{fmt_num(c.candidate)} | {fmt_num(c.delta, signed=True)} | "
                      f"{fmt_p(c.p_value)} | {v} |")
     for f in s.failures:
-        lines.append(f"\nFAILED {f.workload} ({f.side}): {f.error}")
+        hint = hint_for(f.error)
+        lines.append(f"\nFAILED {f.workload} ({f.side}): {f.error}  \nwhat happened: "
+                     f"{hint.happened}  \nwhat to try: {hint.to_try}")
     for u in s.unsupported:
         lines.append(f"\nUNSUPPORTED HERE {u.workload} ({u.side}, {u.target}): {u.reason}")
     lines += coverage.markdown(m, s)

@@ -48,6 +48,7 @@ from ..run.builds import label as build_label
 from ..run.compile_cache import describe, describe_start
 from ..run.start_phases import describe_phases
 from . import coverage
+from .failure_hints import hint_for
 from .formatting import (
     FAMILIES,
     MISSING,
@@ -499,7 +500,7 @@ def _build_context(run_dir: Path, out: Path, history_db: Path | None, history_la
                  for c, a in sorted(zip(checks, anchors), key=lambda ca: _rank(ca[0]))
                  if check_status(c) in ATTENTION]
     starts_line, starts = _engine_starts(manifest)
-    failures = [dict(f.to_json_dict(), log_href=(
+    failures = [dict(f.to_json_dict(), hint=hint_for(f.error), log_href=(
         Path(os.path.relpath(run_dir / f.engine_log, out.parent)).as_posix()
         if f.engine_log and (run_dir / f.engine_log).is_file() else None))
         for f in summary.failures]

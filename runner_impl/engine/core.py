@@ -8,7 +8,9 @@ from typing import Any, Callable
 import torch
 
 from ..config import EngineConfig
-from ..model.llama import LlamaForCausalLM, allocate_kv_cache
+from ..errors import RunnerError
+from ..memory import available_bytes, size_text
+from ..model.llama import LlamaForCausalLM, allocate_kv_cache, kv_cache_bytes
 from ..thread_clock import ThreadClock, thread_clock
 from .block_manager import BlockAllocator, cdiv
 from .outputs import ModelRunnerOutput, SchedulerOutput
@@ -38,6 +40,24 @@ class StepRecord:
     ruler_ms: float | None = None
 
 
+def _check_kv_fits(cfg: EngineConfig, model: LlamaForCausalLM,
+                   draft_model: LlamaForCausalLM | None, num_blocks: int) -> None:
+    """Refuse, in one line, a KV cache larger than the memory free on the engine's device,
+    before its block tables or tensors are made (runner_impl.memory says why)."""
+    bs, dt = cfg.block_size, cfg.torch_dtype
+    need = kv_cache_bytes(model.config, num_blocks + cfg.use_cuda_graphs, bs, dt)
+    if draft_model is not None:
+        need += kv_cache_bytes(draft_model.config, num_blocks, bs, dt)
+    free = available_bytes(cfg.torch_device)
+    if free is not None and need > free:
+        sized = ("num_kv_blocks" if cfg.num_kv_blocks else
+                 f"max_num_seqs {cfg.max_num_seqs} (the cache holds that many requests at "
+                 f"full length)")
+        raise RunnerError(f"KV cache of {num_blocks} blocks x {bs} tokens needs "
+                          f"{size_text(need)} but {size_text(free)} of {cfg.torch_device.type} "
+                          f"memory is available: lower {sized}")
+
+
 class EngineCore:
     def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM,
                  draft_model: LlamaForCausalLM | None, max_model_len: int, name: str,
@@ -50,8 +70,9 @@ class EngineCore:
         k, bs = cfg.num_speculative_tokens, cfg.block_size
         self.max_blocks_per_req = cdiv(max_model_len + k, bs)
         num_blocks = cfg.num_kv_blocks or cfg.max_num_seqs * self.max_blocks_per_req
-        self.allocator = BlockAllocator(num_blocks, bs, cfg.enable_prefix_caching)
         dev, dt = cfg.torch_device, cfg.torch_dtype
+        _check_kv_fits(cfg, model, draft_model, num_blocks)
+        self.allocator = BlockAllocator(num_blocks, bs, cfg.enable_prefix_caching)
         # CUDA graphs pad decode batches; the padding rows write into one extra block that
         # the allocator never hands out.
         self.kv_caches = allocate_kv_cache(model.config, num_blocks + cfg.use_cuda_graphs, bs,

@@ -203,20 +203,41 @@ class Scheduler:
         hashes = extend_block_hashes(req.block_hashes, req.all_token_ids, bs)
         return self.allocator.longest_cache_hit(hashes, (req.num_tokens - 1) // bs)
 
-    def _admit_blocks(self, req: Request, hit: list[int], computed: int, num_new: int) -> bool:
-        """Blocks for a queued request's first step: the cache hit's, then new ones. False
-        (nothing taken) when they do not fit; a hit block waiting in the free queue counts
-        against the free blocks, since taking it keeps it from being handed out."""
+    def _admission_need(self, hit: list[int], computed: int, num_new: int) -> tuple[int, int]:
+        """(new blocks a queued request's first step takes, blocks it may take them from):
+        a hit block waiting in the free queue counts against the free blocks, since taking
+        it keeps it from being handed out."""
         alloc = self.allocator
         need_tokens = min(computed + num_new + self.lookahead, self.max_model_len + self.lookahead)
-        n = alloc.blocks_needed(len(hit), need_tokens)
-        if n > alloc.num_free - alloc.num_evictable(hit):
+        return alloc.blocks_needed(len(hit), need_tokens), alloc.num_free - alloc.num_evictable(hit)
+
+    def _admit_blocks(self, req: Request, hit: list[int], computed: int, num_new: int) -> bool:
+        """Blocks for a queued request's first step: the cache hit's, then new ones. False
+        (nothing taken) when they do not fit."""
+        alloc = self.allocator
+        n, usable = self._admission_need(hit, computed, num_new)
+        if n > usable:
             return False
         alloc.touch(hit)
         req.block_ids = hit + (alloc.allocate(n) or [])
         req.num_computed_tokens = computed
         req.num_cached_blocks = len(hit)
         return True
+
+    def kv_shortfall(self) -> tuple[int, int] | None:
+        """(blocks needed, blocks usable) when the first waiting request cannot be admitted
+        for want of KV blocks, as `schedule` would size its first step now; None when it
+        could be, or nothing waits. A stuck engine says from this whether its KV pool is
+        really exhausted."""
+        if not self.waiting:
+            return None
+        req = self.waiting[0]
+        imported = req.kv_payload is not None
+        hit = [] if imported else self._cache_hit(req)
+        computed = req.num_computed_tokens if imported else len(hit) * self.allocator.block_size
+        num_new = min(req.num_tokens - computed, self.max_num_batched_tokens)
+        n, usable = self._admission_need(hit, computed, num_new)
+        return (n, usable) if n > usable else None
 
     def _cache_full_blocks(self, req: Request) -> None:
         """Register the request's full blocks whose KV is now computed (prefix caching)."""

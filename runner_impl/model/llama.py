@@ -171,6 +171,15 @@ class AttentionMetadata:
     # data-dependent mask); point padding tokens at a scratch block instead.
 
 
+def kv_cache_bytes(config: LlamaConfig, num_blocks: int, block_size: int,
+                   dtype: torch.dtype) -> int:
+    """What `allocate_kv_cache` would take, asked before it allocates (a cache too large for
+    what is free is refused in one line, not found by the OOM killer)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    per_token = 2 * config.num_key_value_heads * config.head_dim * itemsize
+    return config.num_hidden_layers * num_blocks * block_size * per_token
+
+
 def allocate_kv_cache(
     config: LlamaConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device
 ) -> list[torch.Tensor]:

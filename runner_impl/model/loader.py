@@ -94,6 +94,28 @@ def _weight_files(path: Path) -> list[Path]:
     return [path / s for s in shards]
 
 
+def _open_weights(stack: ExitStack, path: Path, file: Path) -> tuple[object, list[str]]:
+    """(an open safetensors handle, its tensor names); opening reads and checks the header
+    against the file's size (a truncated shard fails here), no tensor is read."""
+    try:
+        handle = stack.enter_context(safe_open(str(file), framework="pt", device="cpu"))
+        return handle, list(handle.keys())
+    except (SafetensorError, OSError) as e:
+        raise ModelLoadError(
+            f"model dir {path}: {file.name} is not a readable safetensors file ({e})"
+        ) from None
+
+
+def check_weights(model_dir: str | Path) -> None:
+    """Every weight file of the directory is there and opens as safetensors, read no
+    further than its header: a missing or truncated shard is one line before an engine
+    starts, not a failed start after the model's load (seconds to minutes) on each side."""
+    path = _model_dir(model_dir)
+    for file in _weight_files(path):
+        with ExitStack() as stack:
+            _open_weights(stack, path, file)
+
+
 def load_model(
     model_dir: str | Path, dtype: torch.dtype, device: str | torch.device
 ) -> tuple[LlamaForCausalLM, LlamaConfig]:
@@ -105,13 +127,7 @@ def load_model(
     with ExitStack() as stack:
         handles: dict[str, object] = {}
         for file in files:
-            try:
-                handle = stack.enter_context(safe_open(str(file), framework="pt", device="cpu"))
-                names = list(handle.keys())
-            except (SafetensorError, OSError) as e:
-                raise ModelLoadError(
-                    f"model dir {path}: {file.name} is not a readable safetensors file ({e})"
-                ) from None
+            handle, names = _open_weights(stack, path, file)
             for name in names:
                 if name in handles:
                     raise ModelLoadError(f"model dir {path}: tensor {name!r} appears in more than one shard")

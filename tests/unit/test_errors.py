@@ -1,9 +1,14 @@
 """Bad arguments raise one RunnerError whose message names the problem."""
 import json
+import os
+import shutil
 
 import pytest
 
 from mrbench.runner_impl import LLM, ModelLoadError, RunnerError, SamplingParams
+from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR
+from mrbench.runner_impl.engine import core
+from mrbench.runner_impl.model.loader import check_weights
 
 
 @pytest.mark.parametrize("kwargs,needle", [
@@ -65,4 +70,35 @@ def test_malformed_model_dir(tmp_path, tiny_model_dir):
 def test_error_is_one_line(tmp_path):
     with pytest.raises(RunnerError) as e:
         LLM(faults=["bogus"])
+    assert "\n" not in str(e.value)
+
+
+def test_a_kv_cache_larger_than_the_free_memory_is_refused_before_it_is_made(monkeypatch):
+    """The engine asks what is free before it makes its block tables and KV tensors, and
+    says in one line what it asked for, what was free and which argument sized it."""
+    made = []
+    monkeypatch.setattr(core, "available_bytes", lambda device: 1 << 20)       # 1 MiB free
+    monkeypatch.setattr(core, "allocate_kv_cache", lambda *a: made.append(a))
+    with pytest.raises(RunnerError) as e:                  # bundled model: 4 x 32 blocks
+        LLM(runner="v1", max_num_seqs=4)
+    assert str(e.value) == ("KV cache of 128 blocks x 16 tokens needs 12.0 MiB but 1.0 MiB of "
+                            "cpu memory is available: lower max_num_seqs 4 (the cache holds "
+                            "that many requests at full length)")
+    with pytest.raises(RunnerError, match="lower num_kv_blocks$"):
+        LLM(runner="v1", num_kv_blocks=64)
+    assert not made
+
+
+def test_a_truncated_weight_file_is_refused_from_its_header(tmp_path):
+    """check_weights reads each weight file's header only: a file cut short is one line
+    naming it (what the bundled target checks before any engine starts)."""
+    model = tmp_path / "m"
+    shutil.copytree(DEFAULT_MODEL_DIR, model)
+    check_weights(model)                                     # whole: no complaint
+    weights = model / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size - 1)
+    with pytest.raises(ModelLoadError) as e:
+        check_weights(model)
+    assert str(e.value).startswith(f"model dir {model}: model.safetensors is not a readable "
+                                   "safetensors file (")
     assert "\n" not in str(e.value)

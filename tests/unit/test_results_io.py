@@ -3,13 +3,17 @@ version, storage that does not render, the report of a run's final directory, an
 and report reading the same rows."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from mrbench.contract import BadInput, SideResult
 from mrbench.harness.cli import main
+from mrbench.harness.record import results
+from mrbench.harness.record.errors import ResultsNotWritten
 from mrbench.harness.record.results import (
     RESULTS_FORMAT,
     RunWriter,
@@ -68,6 +72,31 @@ def test_commit_stamps_the_format_and_renders_nothing(tmp_path):
     assert manifest.results_format == 1                  # the caller's model is not changed
     assert not (path / "report.html").exists()           # storage does not render
     assert [p.name for p in tmp_path.iterdir()] == ["r"]   # no hidden temp left
+
+
+@pytest.mark.parametrize("fails_at", ["summary.json", "the rename"])
+def test_a_full_disk_at_the_commit_leaves_nothing_and_says_so(tmp_path, monkeypatch, fails_at):
+    """ENOSPC while the hidden directory is written, or as it is renamed into place: no run
+    at `out`, no hidden directory left, one line naming `out`, the filesystem and ENOSPC."""
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "r" / fails_at))
+    if fails_at == "summary.json":
+        write_text = Path.write_text
+        monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: (
+            _raise(full) if self.name == "summary.json" else write_text(self, *a, **k)))
+    else:
+        monkeypatch.setattr(results.os, "replace", lambda *a: _raise(full))
+    with pytest.raises(ResultsNotWritten) as e:
+        RunWriter(tmp_path / "r").commit(Manifest(), RunSummary.build([]))
+    assert list(tmp_path.iterdir()) == []
+    line = str(e.value)
+    assert "\n" not in line and e.value.errno == errno.ENOSPC
+    assert line.startswith(f"the results could not be written to {tmp_path / 'r'}: No space "
+                           f"left on device [ENOSPC] writing {fails_at} on the filesystem "
+                           "mounted at /"), line
+
+
+def _raise(e: BaseException):
+    raise e
 
 
 def test_a_newer_format_is_refused_in_one_line(imported, tmp_path, capsys):

@@ -88,13 +88,39 @@ def test_prompt_that_can_never_fit_the_kv_cache_is_rejected(tiny_model_dir):
         llm.generate([[5] * 40], GREEDY)
 
 
-def test_stuck_engine_raises_instead_of_spinning(tiny_model_dir):
-    llm = LLM(tiny_model_dir, **RUNNER_KW)
-    llm.add_request([5] * 10, GREEDY)
-    llm.cores[0].allocator.free.clear()          # no block can ever be granted
-    with pytest.raises(RuntimeError, match="no progress in 100 steps"):
+def _stuck(llm: LLM) -> str:
+    """The error of an engine stepped until it gives up."""
+    with pytest.raises(RuntimeError, match="no progress in 100 steps") as e:
         while llm.has_unfinished():
             llm.step()
+    return str(e.value)
+
+
+def test_stuck_engine_raises_instead_of_spinning(tiny_model_dir):
+    """With its block pool really empty, the stuck engine says the KV blocks are exhausted
+    and what the first waiting request needs."""
+    llm = LLM(tiny_model_dir, **RUNNER_KW)
+    llm.add_request([5] * 10, GREEDY)
+    total = llm.cores[0].allocator.num_blocks
+    llm.cores[0].allocator.free.clear()          # no block can ever be granted
+    error = _stuck(llm)
+    assert "KV blocks exhausted on the colocated instance" in error, error
+    assert f"needs 2 blocks, 0 can be taken (1 waiting, 0 running, 0 of {total} KV " \
+           "blocks free)" in error, error
+
+
+def test_a_stuck_engine_with_free_blocks_does_not_blame_the_kv_cache(tiny_model_dir):
+    """A scheduler that admits nothing while its blocks are free (here: no slot for any
+    request) is stuck for another reason, and says so rather than "KV blocks exhausted"."""
+    llm = LLM(tiny_model_dir, **RUNNER_KW)
+    llm.add_request([5] * 10, GREEDY)
+    llm.cores[0].scheduler.max_num_seqs = 0      # a scheduler that never admits
+    total = llm.cores[0].allocator.num_blocks
+    error = _stuck(llm)
+    assert "KV blocks exhausted" not in error, error
+    assert ("no request scheduled on the colocated instance, with KV blocks to spare (1 "
+            f"waiting, 0 running, {total} of {total} KV blocks free): not a KV shortage"
+            ) in error, error
 
 
 @pytest.mark.parametrize("runner", ["v2", "v1"])

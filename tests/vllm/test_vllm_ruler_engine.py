@@ -24,6 +24,7 @@ workloads:
 """
 
 
+@pytest.mark.weekly
 def test_slow_step_on_vllm_v1_slows_its_steps_and_keeps_its_tokens(tmp_path):
     suite = tmp_path / "ruler.yaml"
     suite.write_text(SUITE)

@@ -6,6 +6,7 @@ change the tokens (the bundled model is so sure of GSM8K that only a banned spac
 unsure enough for them to), so that parity is not the bias-only one again."""
 import json
 
+import pytest
 from test_vllm_target import needs_vllm
 
 from mrbench.harness.cli import main
@@ -21,6 +22,7 @@ SUITE = "name: vllm-processed-greedy\nworkloads:\n" + ENTRY.format(id="bias", ex
                                        "presence_penalty: 1.0,\n             ")
 
 
+@pytest.mark.weekly
 @needs_vllm
 def test_logit_bias_and_penalties_match_vllm_on_greedy_rows(tmp_path):
     suite = tmp_path / "s.yaml"

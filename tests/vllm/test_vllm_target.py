@@ -390,6 +390,7 @@ def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch
     assert not list(kv_root.iterdir())                 # each pair removed its KV files
 
 
+@pytest.mark.weekly
 @needs_vllm
 def test_a_pd_pair_with_a_process_per_runner_measures_what_the_one_process_pair_does(
         tmp_path, capsys, monkeypatch):

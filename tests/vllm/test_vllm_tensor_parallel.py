@@ -55,6 +55,7 @@ workloads:
 """
 
 
+@pytest.mark.weekly
 @needs_vllm
 def test_a_pd_pair_at_two_ranks_moves_each_ranks_kv(tmp_path, capsys):
     """A PD pair whose engines each run two tensor-parallel ranks: each rank stores and

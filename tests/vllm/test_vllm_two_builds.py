@@ -65,6 +65,7 @@ def test_the_same_vllm_as_two_builds_passes_and_each_side_runs_its_own(tmp_path)
     assert manifest["builds"]["baseline"] is None
 
 
+@pytest.mark.weekly
 def test_a_build_with_an_extra_op_and_another_draw_is_caught_side_against_side(tmp_path):
     build = overlay(tmp_path / "pr", {**EXTRA_OP, **OTHER_DRAW})
     code, summary, checks, _ = _run(tmp_path, build, "pr")

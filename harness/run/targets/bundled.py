@@ -30,7 +30,7 @@ from mrbench.runner_impl import (
 )
 from mrbench.runner_impl.default_model import default_model_dir
 from mrbench.runner_impl.faults import slow_step_pct
-from mrbench.runner_impl.model.loader import load_config, load_tokenizer
+from mrbench.runner_impl.model.loader import check_weights, load_config, load_tokenizer
 from mrbench.runner_impl.model.random_presets import is_random_weights
 
 from ...measure import phases
@@ -337,6 +337,7 @@ class BundledTarget:
             try:
                 load_config(side.model)
                 load_tokenizer(side.model)
+                check_weights(side.model)
             except RunnerError as e:
                 raise BadInput(f"--model {side.model}: {e}") from None
 
