@@ -5,15 +5,14 @@ can measure the smallest slowdown it detects (its power curve). PCT is a share o
 the engine records and the harness reports (the bundled engine's `StepRecord`, schedule to
 output; on real vLLM the harness's own timing of `LLMEngine.step()`), fed back through
 `observe_step`, less the ruler's own share. So slow-step:5 moves the measured step by 5 %,
-whatever part of it the forward is. (Until 2026-11-27 the vLLM ruler was a share of the
-wrapped call's own host time, which moved vLLM V2's step by less than PCT.)
+whatever part of it the forward is (a share of the wrapped call's own host time would
+move a step by less than PCT wherever the call is not the whole step).
 The base is a median per step class (decode batch size; prefill tokens in powers of two): a
 prefill step is never slowed by a decode step's size or the reverse. The first step of a
 class adds nothing until its time is known (warmup covers most classes). A median, not a
-mean: on the H100 we measure on the machine stalls now and then for ~100 ms, stretching a few
-decode steps tenfold, and the mean (an average of 0.2 weight a step, until 2026-11-25) then
-carried the ruler up with them: a decode step's mean is 1.04-1.19 times its median, and
-slow-step:7.6 moved the median step by +10.4 %. The median of a class's first
+mean: a GPU host stalls now and then for ~100 ms, stretching a few decode steps tenfold, and
+a mean carries the ruler up with them (a decode step's mean is up to 1.2 times its median,
+so a mean-sized ruler moves the median step by more than PCT; docs/detection-power.md). The median of a class's first
 `_WARM_STEPS` steps starts it; after that each step moves it `_MEDIAN_STEP` (2 %) toward
 itself, up or down (a streaming "frugal" median: O(1), no history, and a burst of tenfold
 steps moves it by a few per cent, not by multiples).
@@ -27,9 +26,9 @@ runs at the start of the wrapped call, before the forward's launches (`run` says
   (async scheduling, vLLM) grows by the GPU spin ahead of its own kernels. The spin
   kernel's clock is learned from one timed spin whose CUDA events are read only once they
   have completed (`Event.query`); until then the ruler adds nothing.
-Until 2026-11-25 the CUDA ruler sized a GPU spin alone from per-step CUDA events: on the
-host-bound H100 step the spin hid under host time while the events' own host cost moved
-the step by about 14 % at any PCT (slow-step:5 and :7.6 alike), docs/detection-power.md.
+Why both spins, and why no per-step CUDA events: a GPU spin alone hides under host time
+where the host bounds the step, and per-step events cost host time of their own that moves
+the step at any PCT (docs/detection-power.md, the rulers replaced).
 """
 from __future__ import annotations
 

@@ -18,11 +18,11 @@ those chunks' usual time (a chunk 10x slow counts 90 % of its time as lost, a fu
 all of it). A wave-side is disturbed (`wave_disturbed`) when one of its steps lost at least
 the side's median step in that wave (and MIN_LOST_MS): the machine added a whole step.
 
-Why lost time and not the slowest chunk (the first design, session 15): the slowest of many
-chunks grows with the interval, so on a noisy machine a long step (a prefill of 280 ms on
-CPU) always holds a chunk 3x the median, and the slowest-chunk rule marked every wave of an
-A/A run on a quiet 2-core machine (research/machine_storm.py, 2026-11-25); it also counted a
-0.3 ms hiccup the same as a 100 ms stall. Time lost is what a stall adds to a step.
+Why lost time and not the slowest chunk: the slowest of many chunks grows with the
+interval, so on a noisy machine a long step (a prefill of 280 ms on CPU) always holds a
+chunk 3x the median, and a slowest-chunk rule marks every wave of an A/A run even on a quiet
+machine (research/machine_storm.py); it also counts a 0.3 ms hiccup the same as a 100 ms
+stall. Time lost is what a stall adds to a step.
 
 The gate uses it (harness/checks/latency.py): a wave in which the canary saw the machine take a
 step's worth of time on either side is left out of the per-wave latency tests, and said
@@ -151,10 +151,10 @@ def wave_disturbed(lost_ms: np.ndarray, duration_ms: np.ndarray) -> bool | None:
 # 2-3 %), so time off it is time the machine gave to other work (a host that stole the
 # vCPU, another process). It does not see a CPU that runs slow (the H100's bursts kept the
 # thread on its CPU), and on a GPU the host legitimately waits for the device, so the gate
-# reads it on CPU engines only. On a shared 2-core CI host (2026-11-26) a clean `quick` run
-# whose engines were off-CPU for 37-40 % of their steps raised two +100 % P99 false alarms
-# (spec: 1-4 s steps); the runs of that matrix and of a quieter one that raised none were at
-# 0.3-15 %. Above MAX_OFF_CPU the comparison says what the machine did, not the runners.
+# reads it on CPU engines only. On a shared CI host a clean `quick` run whose engines were
+# off-CPU for over a third of their steps raised +100 % P99 false alarms, where runs that
+# raised none stayed at 15 % or less (docs/detection-power.md). Above MAX_OFF_CPU the
+# comparison says what the machine did, not the runners.
 MAX_OFF_CPU = 0.25
 
 

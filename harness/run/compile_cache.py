@@ -1,18 +1,13 @@
 """Did an engine's start compile its kernels, or load them from the on-disk caches?
 
 Why it matters: a process that compiled its kernels is not the process a warm machine runs.
-On the H100 and H200 (bundled V2, Triton kernels, 2026-11-26) the side whose engine process
-compiled its kernels at start, because the cache was cold, spent ~10 % more host time
-between steps for its whole life (the median gap from one step's end to the next step's
-start, 0.15 ms a step) than the same engine loading them from the cache, while its step
-time moved ~1 %. Three cold starts gave +9.4 %, +9.3 % (the candidate compiled) and
--7.7 % (the baseline did); ten warm A/A runs stayed within +-2 %. That moved median
-TPOT by +2.5-3 %, at the gpu-quick bar of +3 %: the first run on a fresh machine raised
-two of the H100's three median-TPOT false alarms. The engine built first is the one that
-compiles, so the bias follows build order and cache state, not the runner
-(docs/detection-power.md, "A cold compile cache"). On CPU the same shows in the step
-(+6.3 %, 8 of 8 rounds, research/cold_compile_probe.py) and goes away when the compile runs in
-a worker thread: the compiler's allocations leave the main thread's malloc arena slower.
+An engine process that compiled its kernels at start, because the cache was cold, spends
+more host time between steps for its whole life than the same engine loading them from the
+cache (about 10 % on a GPU, enough to move median TPOT to the gpu-quick bar: the figures
+are in docs/detection-power.md, "A cold compile cache"). The engine built first is the one
+that compiles, so the bias follows build order and cache state, not the runner. On CPU the
+same shows in the step (research/cold_compile_probe.py) and goes away when the compile runs
+in a worker thread: the compiler's allocations leave the main thread's malloc arena slower.
 
 So the harness looks at the caches an engine start can write to, before and after it
 starts: a start that added files compiled something. `engine_bank.EngineBank` then ends

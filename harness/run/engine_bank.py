@@ -148,11 +148,9 @@ class EngineBank:
     def _older_than_peers(self, wanted: dict[BankKey, PlannedEngine]) -> list[BankKey]:
         """Resident engines from an earlier run of the campaign whose peer (the other side's
         engine of the same shape) starts now: an engine is measured only against one of
-        its own age. On the H100 (vLLM 0.26 V2 against V2, `power gpu-ab`, 2026-11-27), a
-        baseline engine kept across runs stepped 2.35 ms at its first two runs and
-        2.9-3.1 ms from its third on, while each run's freshly started candidate stepped
-        2.5-2.8 ms: the four clean runs after the first measured the candidate 8-13 %
-        faster (median step), and the +5 % ruler runs -4 to -6 %. So a side is kept
+        its own age: a vLLM engine kept across runs steps slower from its third run on, so a
+        kept baseline against a fresh candidate measured the candidate faster than it is
+        (docs/performance.md, "Engines age"). So a side is kept
         across runs only while its peer is kept too (both sides of an A/A calibration);
         a fault run starts both. The retired engine's process ends with it (a new
         process, as its peer's)."""
@@ -305,10 +303,9 @@ class EngineBank:
         """Engines whose starts compiled kernels, started again in new processes that load
         them from the cache. A rebuilt start that still wrote, but less than the start
         before it, is rebuilt once more (up to MAX_REBUILDS): caches can fill in layers. On
-        vLLM 0.26 (H200, 2026-11-29) the start that compiled put its Triton kernels in the
-        cache vLLM points Triton at as it compiles, and the start that loaded the compiled
-        model built 220-420 of them again into Triton's default cache, which a third start
-        loads. A start that wrote as much as the one before it (a cache that does not keep)
+        vLLM 0.26 the start that compiled puts its Triton kernels in the cache vLLM points
+        Triton at as it compiles, and the start that loads the compiled model builds
+        hundreds of them again into Triton's default cache, which a third start loads. A start that wrote as much as the one before it (a cache that does not keep)
         is measured as it is, recorded, and ends rebuilding for this bank."""
         firsts = {}
         for key, e in redo:
