@@ -205,7 +205,3 @@ def install(runner: Any, phase_map: PhaseMap) -> PhaseProbe:
             probe.missing.append(path)
     return probe
 
-
-def ranged_step(fn: Callable) -> Callable:
-    """`fn` (one engine step) inside the step range the counters cut steps by."""
-    return _ranged(fn, STEP_LABEL)
