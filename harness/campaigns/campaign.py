@@ -210,6 +210,7 @@ def aggregate_calibration(suite: Suite, runs: list[tuple[RunSummary, int]]) -> C
                     if c.ci[1] is not None:
                         row.setdefault("ci", []).append((c.delta, *c.ci))
                         row["alpha"] = _entry_thresholds(suite, c.workload).alpha
+                    row.setdefault("pairs", []).extend(c.pairs or [])
     checks = {}
     for name, row in sorted(per.items()):
         d = np.array(row["deltas"], dtype=float)
@@ -377,18 +378,28 @@ def _heterogeneity(row: dict) -> Heterogeneity | None:
     effect of each run's engine instances, which no number of waves averages away):
     stats_across_runs.heterogeneity_cochran_q on the log ratios, each run's standard error read off its
     CI (level 1 - 2 alpha, normal approximation)."""
-    if len(row.get("ci", ())) < 3:
+    pairs = row.get("pairs", [])
+    if len(pairs) >= 3:          # runs over engine pairs: each pair is a unit of its own
+        e, se = (np.array(x, dtype=float) for x in zip(*pairs))
+        h = stats_across_runs.heterogeneity_cochran_q(e, se)
+        units, how = "engine pairs", ("on each engine pair's log ratio (its waves' "
+                                      "Hodges-Lehmann estimate, the standard error from "
+                                      "that CI)")
+    elif len(row.get("ci", ())) >= 3:
+        z = float(norm.ppf(1 - row["alpha"]))
+        d, lo, hi = (np.array(x, dtype=float) for x in zip(*row["ci"]))
+        h = stats_across_runs.heterogeneity_cochran_q(np.log1p(d),
+                                                      (np.log1p(hi) - np.log1p(lo)) / (2 * z))
+        units, how = "runs", (f"on the runs' per-wave log ratios; each run's standard error "
+                              f"from its {1 - 2 * row['alpha']:.0%} CI, normal approximation")
+    else:
         return None
-    z = float(norm.ppf(1 - row["alpha"]))
-    d, lo, hi = (np.array(x, dtype=float) for x in zip(*row["ci"]))
-    h = stats_across_runs.heterogeneity_cochran_q(np.log1p(d), (np.log1p(hi) - np.log1p(lo)) / (2 * z))
     if math.isnan(h.q):
         return None
     return Heterogeneity(
         runs=h.runs, q=h.q, df=h.df, p_value=h.p_value, i2=h.i2,
-        tau_pct=math.expm1(h.tau) * 100, se_ratio=h.se_ratio,
-        method=f"{h.method} on the runs' per-wave log ratios; each run's standard error "
-               f"from its {1 - 2 * row['alpha']:.0%} CI, normal approximation")
+        tau_pct=math.expm1(h.tau) * 100, se_ratio=h.se_ratio, units=units,
+        method=f"{h.method} {how}")
 
 
 def _exceedance(row: dict) -> Exceedance | None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from scipy.stats import norm
 
 from mrbench.contract import SideResult
 
@@ -20,7 +21,7 @@ from ..measure.canary import wave_disturbed
 from ..record.metrics import LATENCY, PERCENTILES, SUMMARY_FIELDS
 from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
-from . import stats, stats_bootstrap
+from . import stats, stats_across_runs, stats_bootstrap
 from .spec import spec_summary
 
 
@@ -234,6 +235,45 @@ def _order_note(cand: SideResult, table: str, waves: list[int], logr: np.ndarray
     return out
 
 
+def _pair_of(cand: SideResult, table: str, waves: list[int]) -> dict[int, int]:
+    """Wave -> the engine pair that ran it (rows without `engine_pair`: one pair, 0)."""
+    out: dict[int, int] = {}
+    for r in getattr(cand, table):
+        w, k = r.get("wave"), r.get("engine_pair")
+        if w is not None and int(w) not in out:
+            out[int(w)] = 0 if k is None or (isinstance(k, float) and math.isnan(k)) else int(k)
+    return {w: out.get(w, 0) for w in waves}
+
+
+def _across_pairs(waves: list[int], logr: np.ndarray, pair_of: dict[int, int],
+                  th: Thresholds, level: float
+                  ) -> tuple[stats_across_runs.PooledEstimate | None, list[list[float]], str]:
+    """Each engine pair's log ratio (the Hodges-Lehmann estimate over its waves, its
+    standard error from that CI's width) pooled over the pairs with a between-pair sd of
+    at least the suite's `pair_sd_rel` (stats_across_runs.random_effects_mean_dl): a pair's
+    own offset is in the CI however many waves it ran. (None, why) where no pair has
+    MIN_WAVES waves (None, [], why); else (pooled, each pair's [log ratio, standard error],
+    a note with each pair's figure)."""
+    z = float(norm.ppf(0.5 + level / 2))
+    est, se, said, short = [], [], [], 0
+    for k in sorted(set(pair_of.values())):
+        x = logr[[i for i, w in enumerate(waves) if pair_of[w] == k]]
+        if len(x) < MIN_WAVES:
+            short += 1
+            continue
+        hl = stats.hodges_lehmann_ci_signed_rank(x, level=level)
+        est.append(hl.estimate)
+        se.append(max((hl.hi - hl.lo) / (2 * z), 1e-9))
+        said.append(f"{math.expm1(hl.estimate):+.1%} ({len(x)} waves)")
+    left_out = f"; {short} pair(s) of under {MIN_WAVES} waves left out" if short else ""
+    if not est:
+        return None, [], f"no engine pair has {MIN_WAVES} waves{left_out}"
+    tau_floor = math.log1p(th.pair_sd_rel or 0.0)
+    pooled = stats_across_runs.random_effects_mean_dl(est, se, tau_floor, level)
+    return pooled, [[e, s] for e, s in zip(est, se)], (f"engine pairs {', '.join(said)}; between pairs sd "
+                    f"{math.expm1(pooled.tau):.1%} ({pooled.tau_source}){left_out}")
+
+
 def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
                   th: Thresholds) -> Check:
     """P99 (or median) regression, judged per interleaved wave when there are enough waves.
@@ -282,6 +322,24 @@ def latency_check(wl: str, metric: str, base: SideResult, cand: SideResult,
     if len(waves) >= MIN_WAVES:
         logr = np.log([stats.percentile(cw[w], q) / stats.percentile(bw[w], q)
                        for w in waves])
+        pair_of = _pair_of(cand, table, waves)
+        if th.pair_sd_rel is not None or len(set(pair_of.values())) > 1:
+            pooled, pooled_pairs, note = _across_pairs(waves, logr, pair_of, th, level)
+            if pooled is not None:
+                rel, lo, hi = (math.expm1(x) for x in (pooled.estimate, pooled.lo, pooled.hi))
+                note = (f"pooled {name} {bp:.3g} -> {cp:.3g} ms; {note}"
+                        f"{_order_note(cand, table, waves, logr, level)}{canary_note}")
+                verdict = (Verdict.INFO if rel_min is None else
+                           Verdict.REGRESSION if pooled.p_greater < th.alpha and rel > rel_min
+                           else Verdict.PASS)
+                return check(bp, cp, rel, [lo, hi], pooled.p_greater, thr,
+                             f"per-wave {name} ratio, per engine pair a Hodges-Lehmann "
+                             f"estimate over its ABBA waves, then {pooled.method}", verdict,
+                             note if rel_min is not None
+                             else f"reported, not gated: the suite sets no median_rel; {note}",
+                             pairs=pooled_pairs)
+            return check(bp, cp, cp / bp - 1 if bp else None, None, None, thr, "-",
+                         Verdict.INFO, f"not measured: {note}{canary_note}")
         hl = stats.hodges_lehmann_ci_signed_rank(logr, level=level)
         wx = stats.wilcoxon_signed_rank(logr, alternative="greater")
         rel, lo, hi = (math.expm1(x) for x in (hl.estimate, hl.lo, hl.hi))

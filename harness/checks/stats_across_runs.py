@@ -20,7 +20,8 @@ from scipy.optimize import brentq as _brentq
 from .stats import _NAN, ArrayLike, TestResult, _as_1d_float, _check_level
 
 __all__ = ["Heterogeneity", "Exceedance", "shifted_detection_aa", "projected_mde_aa",
-           "exceedance_bound_normal_nct", "heterogeneity_cochran_q", "prediction_shift_t"]
+           "exceedance_bound_normal_nct", "heterogeneity_cochran_q", "prediction_shift_t",
+           "PooledEstimate", "random_effects_mean_dl"]
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,66 @@ def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Hete
     ratio = float(np.std(e, ddof=1) / math.sqrt(np.mean(se**2)))
     return Heterogeneity(k, q, df, float(_st.chi2.sf(q, df)), i2, math.sqrt(tau2), ratio,
                          method)
+
+
+@dataclass(frozen=True)
+class PooledEstimate:
+    """A mean over independent units (engine pairs, runs), its two-sided CI at ``level``,
+    the one-sided p-value that it is above 0, and the between-unit standard deviation
+    ``tau`` it allowed for (``tau_source``: "calibrated" or "these units")."""
+
+    estimate: float
+    lo: float
+    hi: float
+    level: float
+    p_greater: float
+    tau: float
+    tau_source: str
+    units: int
+    method: str
+
+
+def random_effects_mean_dl(estimates: ArrayLike, std_errors: ArrayLike, tau_floor: float,
+                           level: float = 0.95) -> PooledEstimate:
+    """The random-effects mean of independent units' estimates (DerSimonian-Laird weights
+    1 / (se_i^2 + tau^2)), with tau the larger of `tau_floor` (a between-unit standard
+    deviation calibrated on A/A runs) and the DerSimonian-Laird estimate from these units;
+    a normal CI and one-sided p (H1: mean > 0).
+
+    Why: a unit's own standard error covers its samples only; an engine pair has an offset
+    of its own for life, which no number of its waves averages. The mean of k pairs carries
+    tau^2 / k of it. From k = 2 or 3 units tau itself is too uncertain to trust alone, so a
+    calibrated tau is its floor; a run whose pairs spread more than that widens its own CI.
+    One unit: tau is the floor. Units with a missing or non-positive standard error are
+    left out; none left: NaN."""
+    e = _as_1d_float(estimates, "estimates", dropna=False)
+    se = _as_1d_float(std_errors, "std_errors", dropna=False)
+    if e.size != se.size:
+        raise ValueError(f"estimates and std_errors differ in length ({e.size} vs {se.size})")
+    if not (math.isfinite(tau_floor) and tau_floor >= 0):
+        raise ValueError(f"tau_floor must be finite and >= 0, got {tau_floor}")
+    _check_level(level)
+    ok = np.isfinite(e) & np.isfinite(se) & (se > 0)
+    e, se = e[ok], se[ok]
+    k = int(e.size)
+    method = (f"random-effects mean over {k} unit(s), DerSimonian-Laird, between-unit sd at "
+              f"least the calibrated {tau_floor:.3g}; normal CI, one-sided p")
+    if k == 0:
+        return PooledEstimate(_NAN, _NAN, _NAN, level, _NAN, _NAN, "", 0, method)
+    tau, source = tau_floor, "calibrated"
+    if k >= 2:
+        w = 1.0 / se**2
+        mu = float(np.sum(w * e) / np.sum(w))
+        q = float(np.sum(w * (e - mu) ** 2))
+        dl = math.sqrt(max(0.0, (q - (k - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w))))
+        if dl > tau:
+            tau, source = dl, "these units"
+    w = 1.0 / (se**2 + tau**2)
+    mu = float(np.sum(w * e) / np.sum(w))
+    sd = math.sqrt(1.0 / float(np.sum(w)))
+    z = float(_st.norm.ppf(0.5 + level / 2))
+    return PooledEstimate(mu, mu - z * sd, mu + z * sd, level, float(_st.norm.sf(mu / sd)),
+                          tau, source, k, method)
 
 
 def prediction_shift_t(history: ArrayLike, new: float) -> TestResult:

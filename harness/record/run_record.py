@@ -167,6 +167,9 @@ class Check(_Record):
     note: str = ""
     delta_kind: DeltaKind = DeltaKind.UNKNOWN
     bar: Bar | None = None
+    # a latency check over engine pairs: each pair's [log ratio, standard error], which
+    # `mrbench calibrate` reads to measure the spread between pairs (checks/latency.py)
+    pairs: list[list[float]] | None = None
 
     def __init__(self, *args: Any, **fields: Any) -> None:
         if len(args) > len(_POSITIONAL):

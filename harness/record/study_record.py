@@ -38,8 +38,9 @@ class Projection(_Record):
 
 class Heterogeneity(_Record):
     """Whether a latency check's A/A runs spread wider than their own CIs say
-    (stats_across_runs.heterogeneity_cochran_q on the runs' log ratios); `tau_pct`, the
-    between-run spread in %."""
+    (stats_across_runs.heterogeneity_cochran_q on the runs' log ratios, or on each engine
+    pair's where the runs measured several); `tau_pct`, the spread between them in %: what
+    a suite's `pair_sd_rel` is set from."""
 
     runs: int
     q: float
@@ -48,6 +49,7 @@ class Heterogeneity(_Record):
     i2: float
     tau_pct: float
     se_ratio: float
+    units: str = "runs"        # what `runs` counts: "runs", or "engine pairs" (several a run)
     method: str = ""
 
 

@@ -43,6 +43,10 @@ class Thresholds(BaseModel):
     latency_rel: float = Field(0.25, ge=0)                 # P99 may grow by this fraction
     median_rel: float | None = Field(None, ge=0)           # median step / TPOT, per ABBA
                                                            # wave; None: reported, not gated
+    # the sd of one engine pair's log latency ratio between pairs (relative), from A/A
+    # runs (`mrbench calibrate`): what a pair carries for its process's life, which its
+    # waves cannot average; None: pairs are taken as free of it (checks/latency.py)
+    pair_sd_rel: float | None = Field(None, ge=0)
     latency_metrics: list[str] = list(LATENCY_METRICS)
     accuracy_drop: float = Field(0.02, ge=0, le=1)         # strict-match accuracy, absolute
     # spec decode: the candidate's mean acceptance length (AL) may fall by this fraction
@@ -84,6 +88,10 @@ class WorkloadEntry(BaseModel):
     workload: str
     params: dict[str, Any] = {}
     thresholds: dict[str, Any] = {}       # overrides of the suite's thresholds for this one
+    # the timed waves cut over this many pairs of engines, each pair started afresh: a
+    # host-bound engine keeps a speed of its own for life, which only more pairs average
+    # (harness.run.execute.drive_interleaved; docs/vllm-gpu.md, "Engine pairs")
+    engine_pairs: int = Field(1, ge=1, le=8)
     # the engine's own arguments by its names (vLLM's EngineArgs), over the suite's; the
     # target checks them before any engine starts (harness.run.engine_args)
     engine_args: dict[str, Any] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 
@@ -146,10 +147,31 @@ def _profiled_pass(session: Session, res: SideResult, batch: Batch, device: str)
                                else profiled_run(session, prompts, batch, device))
 
 
-def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
+def pair_bounds(n_waves: int, pairs: int) -> list[int]:
+    """The first wave of each engine pair's share of `n_waves`: equal shares of an even
+    number of waves (an ABBA wave pair is never cut), the last taking what is left; fewer
+    pairs where the waves are too few for each to have two."""
+    pairs = max(1, min(pairs, n_waves // 2))
+    share = (n_waves // pairs) // 2 * 2
+    return [k * share for k in range(pairs)]
+
+
+FreshSessions = Callable[[], dict[str, Session]]
+
+
+def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str,
+                      engine_pairs: int = 1, fresh_sessions: FreshSessions | None = None
                       ) -> tuple[dict[str, SideResult], dict[str, list[Completion]],
                                  dict[str, SideFailure]]:
-    """Run `batch` on every session; a side that raises drops out, the others finish."""
+    """Run `batch` on every session; a side that raises drops out, the others finish.
+
+    `engine_pairs` > 1 (with `fresh_sessions`, which closes both sides' engines and starts
+    them again in new processes): the timed waves are cut into that many equal shares, each
+    on a pair of engines of its own, and every row records its pair (`engine_pair`). Why:
+    a host-bound engine process keeps a speed of its own for life (where its threads,
+    memory and code landed), so one pair's ratio carries that offset however many waves it
+    runs; only more pairs average it (docs/vllm-gpu.md, "Engine pairs"). The profiled pass
+    runs on the last pair."""
     results = {s: SideResult(resolved=sess.resolved()) for s, sess in sessions.items()}
     comps: dict[str, list[Completion]] = {s: [] for s in sessions}
     failed: dict[str, SideFailure] = {}
@@ -171,14 +193,17 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
         finally:
             busy[side] += time.perf_counter() - t0
 
+    pair = 0
+
     def wave(side: str, w: int, pos: int, lo: int, hi: int) -> None:
         """Wave w of one side; `pos` is its place in the wave (0: ran first), kept on every
         row so the gate can tell a run-order effect from a difference of the sides."""
         res = results[side]
         n_itl = len(res.itl)
         cs = _timed_wave(sessions[side], res, batch.prompts[lo:hi], lo, batch)
+        tags = dict(wave=w, wave_pos=pos, engine_pair=pair)
         for row in res.requests[lo:hi] + res.itl[n_itl:]:
-            row["wave"], row["wave_pos"] = w, pos
+            row.update(tags)
         comps[side].extend(cs)
         rows = step_rows(sessions[side].steps())
         watch = canary.current()
@@ -188,13 +213,36 @@ def drive_interleaved(sessions: dict[str, Session], batch: Batch, device: str
                                          / 1e3)
             for r, x in zip(rows, lost):
                 r["machine_lost_ms"] = float(x)
-        res.steps.extend(dict(r, wave=w, wave_pos=pos) for r in rows)
+        res.steps.extend(dict(r, **tags) for r in rows)
         for k, v in sessions[side].counters().items():
             res.counters[k] = res.counters.get(k, 0) + v
 
+    def new_pair() -> None:
+        """Close both sides' engines and start a new pair; a start that fails fails every
+        side still running (the waves would compare engines of different ages)."""
+        nonlocal sessions, pair
+        t0 = time.perf_counter()
+        try:
+            fresh = fresh_sessions()
+        except Exception as e:       # noqa: BLE001 - recorded, as a side's crash is
+            err = SideFailure(*describe_failure(e))
+            failed.update({s: err for s in sessions if s not in failed})
+            return
+        for s in sessions:                 # the dispatch log of the new engine, from here
+            marks[s] = len(fresh[s].dispatch_log())
+        sessions, pair = fresh, pair + 1
+        if prog:
+            prog.line(f"engine pair {pair + 1}/{len(firsts)} started in "
+                      f"{time.perf_counter() - t0:.0f} s")
+
     size = max(1, batch.wave_size)
     starts = list(range(0, len(batch.prompts), size))
+    firsts = pair_bounds(len(starts), engine_pairs if fresh_sessions else 1)
     for w, lo in enumerate(starts):
+        if w in firsts[1:]:
+            new_pair()
+            if len(failed) == len(sessions):
+                break
         for pos, side in enumerate(wave_order(list(sessions), w)):
             attempt(side, wave, side, w, pos, lo, min(lo + size, len(batch.prompts)))
         if prog:
@@ -226,8 +274,11 @@ class InterleavedDriver:
     through `drive_interleaved` on this device."""
 
     device: str
+    engine_pairs: int = 1                      # the suite entry's (drive_interleaved)
+    fresh_sessions: FreshSessions | None = None
 
     def interleaved(self, sessions: dict[str, Session], batch: Batch
                     ) -> tuple[dict[str, SideResult], dict[str, list[Completion]],
                                dict[str, SideFailure]]:
-        return drive_interleaved(sessions, batch, self.device)
+        return drive_interleaved(sessions, batch, self.device, self.engine_pairs,
+                                 self.fresh_sessions)

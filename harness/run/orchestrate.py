@@ -120,6 +120,24 @@ def _sessions(plan: RunPlan, bank: EngineBank, wid: str, prog: Progress
     return sessions, errors, logs_of, starts
 
 
+def _fresh_pair(plan: RunPlan, bank: EngineBank, wid: str, group: int, prog: Progress,
+                logs_of: dict[str, Path]) -> Callable[[], dict[str, Any]]:
+    """What the driver calls to measure `wid` on a new pair of engines (a suite entry's
+    `engine_pairs`): both sides' engines for it are closed with their processes, and the
+    start group started again, so the new pair starts as the first did (together, rebuilt
+    where a start compiled). Raises the first side's start error."""
+    def fresh() -> dict[str, Any]:
+        bank.discard(*[plan.bank_key(plan.engine_of(s, wid)) for s in plan.specs],
+                     retire=True)
+        bank.prepare(plan.engines.groups[group], lambda e: plan.bank_key(e)[1], prog)
+        sessions, errors, logs, _ = _sessions(plan, bank, wid, prog)
+        if errors:
+            raise next(iter(errors.values()))
+        logs_of.update(logs)
+        return sessions
+    return fresh
+
+
 def execute(plan: RunPlan, bank: EngineBank, prog: Progress,
             finished_one: Callable[[WorkloadRun], None]) -> Executed:
     """Run the plan's workloads in its order, starting each start group's engines in
@@ -173,8 +191,10 @@ def execute(plan: RunPlan, bank: EngineBank, prog: Progress,
                 results = {}
                 try:
                     prog.status(f"{wid}: {' + '.join(sessions)}")
-                    results, failed = w.workload.run(sessions, w.items, w.params,
-                                                     InterleavedDriver(plan.base.device))
+                    driver = InterleavedDriver(plan.base.device, w.entry.engine_pairs,
+                                               _fresh_pair(plan, bank, wid, group, prog,
+                                                           logs_of))
+                    results, failed = w.workload.run(sessions, w.items, w.params, driver)
                     for s, f in failed.items():
                         failures.append(dict(workload=wid, side=s, error=f.error,
                                              traceback=f.traceback))

@@ -102,11 +102,15 @@ def fmt_heterogeneity(checks: Mapping[str, CalibrationCheck | PowerCheck]) -> li
         h = c.heterogeneity
         if h is None:
             continue
-        head = (f"{name}: A/A estimates spread {h.se_ratio:.2f}x their runs' own standard "
-                f"errors (Cochran's Q p = {h.p_value:.2g}, {h.runs} runs)")
-        if h.p_value < 0.05:
+        unit = "engine pair" if h.units == "engine pairs" else "run"
+        head = (f"{name}: A/A estimates spread {h.se_ratio:.2f}x their {unit}s' own "
+                f"standard errors (Cochran's Q p = {h.p_value:.2g}, {h.runs} {h.units})")
+        if h.p_value < 0.05 and unit == "run":
             out.append(f"{head}: between runs +-{h.tau_pct:.1f} % that no run's CI "
                        f"covers; the bar, not the CI, holds false alarms down")
+        elif h.p_value < 0.05:
+            out.append(f"{head}: between engine pairs +-{h.tau_pct:.1f} %, what the "
+                       f"suite's pair_sd_rel is set from")
         else:
             out.append(f"{head}: no spread beyond the CIs shown")
     return out
