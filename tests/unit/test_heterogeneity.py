@@ -43,10 +43,10 @@ def test_too_few_runs_or_bad_errors_measure_nothing():
         stats_across_runs.heterogeneity_cochran_q([0.1, 0.2, 0.3], [0.01, 0.01])
 
 
-def _summary(delta, half_width, faults=()):
+def _summary(delta, half_width, faults=(), pairs=None):
     checks = [dict(workload="gsm8k", metric="median_step_ms", delta=delta,
                    ci=[delta - half_width, delta + half_width], p_value=0.5,
-                   threshold="+3% and significant", verdict="pass")]
+                   threshold="+3% and significant", verdict="pass", pairs=pairs)]
     return RunSummary.build(checks, [], suite="gpu-quick.gsm8k", target="bundled",
                             baseline="v2", candidate="v2", candidate_faults=list(faults),
                             wall_s=70.0)
@@ -75,3 +75,20 @@ def test_the_campaign_report_shows_it(tmp_path):
     wide = [(_summary(d, 0.016), 0) for d in (-0.04, 0.05, -0.03, 0.045, 0.0, -0.05)]
     html = render_campaign(tmp_path, "calibrate", aggregate_calibration(suite, wide)).read_text()
     assert 'id="heterogeneity"' in html and "the bar, not the CI" in html
+
+
+def test_runs_over_engine_pairs_are_measured_pair_by_pair():
+    """Each run's pooled CI already allows for the pairs' spread, so the runs show none
+    beyond it; each pair's own figure (its waves only) shows the spread the suite's
+    pair_sd_rel is set from."""
+    suite = load_suite("gpu-quick:gsm8k")
+    rng = np.random.default_rng(11)
+    runs = []
+    for _ in range(4):
+        pairs = [[float(x), 0.003] for x in rng.normal(0, 0.02, 3)]   # 2 % between pairs
+        runs.append((_summary(float(np.mean([e for e, _ in pairs])), 0.02, pairs=pairs), 0))
+    h = aggregate_calibration(suite, runs).checks["gsm8k/median_step_ms"].heterogeneity
+    assert h.units == "engine pairs" and h.runs == 12
+    assert 1.0 < h.tau_pct < 3.5 and h.p_value < 1e-6
+    line = fmt_heterogeneity(aggregate_calibration(suite, runs).checks)[0]
+    assert "12 engine pairs" in line and "pair_sd_rel" in line
