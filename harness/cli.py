@@ -32,6 +32,7 @@ from .record.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     EXIT_RUN_FAILED,
+    ReportNotWritten,
     ResultsNotWritten,
 )
 from .run import (
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mrbench: error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except ResultsNotWritten as e:     # a full disk at the commit: nothing written
+            print(f"mrbench: error: {e}", file=sys.stderr)
+            return EXIT_RUN_FAILED
+        except ReportNotWritten as e:      # a full disk after the commit: the results stand
             print(f"mrbench: error: {e}", file=sys.stderr)
             return EXIT_RUN_FAILED
         except KeyboardInterrupt:

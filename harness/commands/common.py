@@ -17,6 +17,7 @@ from mrbench.workloads import workloads as known_workloads
 from ..measure import canary
 from ..measure.affinity import pin_cpus
 from ..record.campaign_record import CampaignResult, write_result
+from ..record.errors import ReportNotWritten
 from ..record.metrics import checked_percentiles
 from ..record.results import check_out
 from ..record.run_record import RunSummary, Verdict
@@ -287,9 +288,9 @@ def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
                                         a.max_input_len, a.scorer)
 
 
-def print_summary(summary: RunSummary, path: Path, as_json: bool) -> None:
+def print_summary(summary: RunSummary, path: Path, as_json: bool, report: bool = True) -> None:
     """A run's verdict table (or its summary as summary.json holds it), failures, and
-    where the report is."""
+    where the report is (`report`: it was written)."""
     if as_json:
         print(json.dumps(summary.to_json_dict(), indent=2, default=str))
         return
@@ -316,7 +317,7 @@ def print_summary(summary: RunSummary, path: Path, as_json: bool) -> None:
         print("NOT MEASURED: no workload ran here" + (
             " (each was unsupported here)" if summary.unsupported else ""))
     print(f"verdict: {summary.verdict}")
-    print(f"report: {path / 'report.html'}")
+    print(f"report: {path / 'report.html'}" if report else f"results: {path} (no report)")
 
 
 def print_campaign_json(res: CampaignResult) -> None:
@@ -326,9 +327,21 @@ def print_campaign_json(res: CampaignResult) -> None:
 
 
 def render_run(path: Path) -> Path:
-    """Write `path`/report.html from the committed run in its final directory."""
+    """Write `path`/report.html from the committed run in its final directory; a write the
+    disk refuses is ReportNotWritten (one line; the run stays as committed)."""
     from ..show.report import render_report  # lazy: matplotlib, only for commands that render
     return render_report(path)
+
+
+def try_render_run(path: Path) -> ReportNotWritten | None:
+    """render_run, its ReportNotWritten returned instead of raised: a command that committed
+    a run still prints the run's verdict (and its JUnit file), then says the report is
+    missing in one line and exits 3."""
+    try:
+        render_run(path)
+    except ReportNotWritten as e:
+        return e
+    return None
 
 
 def render_campaign_reports(path: Path, kind: str, res: CampaignResult) -> Path:

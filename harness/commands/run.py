@@ -7,12 +7,18 @@ import sys
 
 from mrbench.contract import BadInput
 
-from ..record.errors import EXIT_INTERRUPTED, RunInterrupted
+from ..record.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, RunInterrupted
 from ..record.results import default_out
 from ..run import interrupts
 from ..run.orchestrate import run_suite
 from ..show.junit import write_junit
-from .common import isolation_of, percentiles_of, print_summary, render_run, suite_and_sides
+from .common import (
+    isolation_of,
+    percentiles_of,
+    print_summary,
+    suite_and_sides,
+    try_render_run,
+)
 
 
 def main(a: argparse.Namespace) -> int:
@@ -28,25 +34,31 @@ def main(a: argparse.Namespace) -> int:
                                         percentiles=percentiles)
     except RunInterrupted as e:         # the finished workloads are written: report them
         with interrupts.held():
-            render_run(e.path)
-            print_summary(e.summary, e.path, a.json)
+            unwritten = try_render_run(e.path)
+            print_summary(e.summary, e.path, a.json, report=unwritten is None)
             if a.junit_xml is not None:
                 write_junit(e.summary, a.junit_xml)
+        if unwritten is not None:
+            print(f"mrbench: error: {unwritten}", file=sys.stderr)
         left = e.summary.interrupted
         print(f"mrbench: interrupted: the {len(left.finished)} finished workloads are in "
               f"{e.path}; {len(left.not_run)} not run", file=sys.stderr)
         return EXIT_INTERRUPTED
     with interrupts.held():             # a signal now is recorded: the report is written whole
-        render_run(path)
-        print_summary(summary, path, a.json)
+        # a full disk now leaves the committed run as it is: its verdict is still printed,
+        # then one line names the report that is missing, and the run exits 3
+        unwritten = try_render_run(path)
+        print_summary(summary, path, a.json, report=unwritten is None)
         if a.junit_xml is not None:
             write_junit(summary, a.junit_xml)
         if a.save_reference and not a.json:
             print("references: " + ("not saved (a side failed)" if summary.failures else
                                     "saved under results/baselines/op-counts/"))
+    if unwritten is not None:
+        print(f"mrbench: error: {unwritten}", file=sys.stderr)
     late = interrupts.caught()
     if late:                            # it came after the last workload: nothing was lost
         print(f"mrbench: interrupted ({late}) after every workload finished: the results in "
               f"{path} are complete (verdict {summary.verdict})", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return code
+    return code if unwritten is None else EXIT_RUN_FAILED

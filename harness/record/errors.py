@@ -4,8 +4,9 @@
 user's config, flags, dataset or paths are wrong, said in one line before anything is
 written); 3 a run failed (a target crashed or hung; recorded in the results, and the other
 workloads still ran), or its results could not be written (`ResultsNotWritten`: one line,
-nothing written); 130 interrupted (SIGINT or SIGTERM: a run keeps what finished, see
-`RunInterrupted`).
+nothing written), or its report could not be written after the results were
+(`ReportNotWritten`: one line, the results complete); 130 interrupted (SIGINT or SIGTERM:
+a run keeps what finished, see `RunInterrupted`).
 """
 from __future__ import annotations
 
@@ -57,4 +58,21 @@ class ResultsNotWritten(Exception):
             f"the results could not be written to {out}: {e.strerror or e} [{code}]"
             f"{writing} on the filesystem mounted at {_mount_point(out)}; nothing was "
             "written there: free space there or write the results elsewhere (--out)")
+        self.out, self.errno = out, e.errno
+
+
+class ReportNotWritten(Exception):
+    """A report (`report.html` of a run or a campaign) could not be written to `out` after
+    the results beside it were committed: a full disk, a quota, a read-only mount. The
+    atomic write left no half report (harness.show.html.write_atomic) and the committed
+    results are complete and untouched, so the report can be rendered again once there is
+    room (`mrbench report DIR`). The CLI says it in one line, which names the file, the
+    filesystem and the OS's error, and exits EXIT_RUN_FAILED."""
+
+    def __init__(self, out: Path, e: OSError) -> None:
+        code = errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__
+        super().__init__(
+            f"the report could not be written to {out}: {e.strerror or e} [{code}] on the "
+            f"filesystem mounted at {_mount_point(out)}; the results in {out.parent} are "
+            f"complete and unchanged: free space there, then `mrbench report {out.parent}`")
         self.out, self.errno = out, e.errno

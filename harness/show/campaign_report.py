@@ -15,7 +15,7 @@ from ..record.campaign_record import CleanRun, FaultMatrix
 from ..record.study_record import Calibration, CalibrationCheck, Detection, PowerStudy
 from . import coverage
 from .formatting import fmt_exceedance, fmt_heterogeneity, fmt_num, fmt_projected_mde, fmt_realized
-from .html import environment, fig_to_data_uri, write_atomic
+from .html import environment, fig_to_data_uri, write_report
 
 
 def _matrix(res: FaultMatrix) -> dict:
@@ -169,5 +169,5 @@ def render_campaign(camp_dir: Path, kind: str, res: FaultMatrix | Calibration | 
         ctx["heterogeneity"] = fmt_heterogeneity(res.checks)
         ctx["exceedance"] = fmt_exceedance(res.checks)
     out = camp_dir / "report.html"
-    write_atomic(out, environment().get_template("campaign.html.j2").render(**ctx))
+    write_report(out, environment().get_template("campaign.html.j2").render(**ctx))
     return out

@@ -18,6 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, FileSystemLoader  # noqa: E402
 from markupsafe import Markup, escape  # noqa: E402
 
+from ..record.errors import ReportNotWritten  # noqa: E402
+
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DPI = 80
 SPARK_W, SPARK_H, SPARK_PAD = 96, 22, 3      # px: a sparkline sits in a table row
@@ -58,6 +60,16 @@ def write_atomic(out: Path, text: str) -> Path:
             pass
         raise
     return out
+
+
+def write_report(out: Path, html: str) -> Path:
+    """A report's write_atomic, after the results beside it were committed: a write the disk
+    refuses (ENOSPC, a quota, a read-only mount) is ReportNotWritten, one line that names the
+    file (no half report is left, and the results are untouched), not a traceback."""
+    try:
+        return write_atomic(out, html)
+    except OSError as e:
+        raise ReportNotWritten(out, e) from None
 
 
 def sparkline(values: list[float], bar: float | None, title: str, last_color: str) -> Markup:

@@ -68,7 +68,7 @@ from .formatting import (
     relative_bar,
     relative_change,
 )
-from .html import environment, fig_to_data_uri, sparkline, write_atomic
+from .html import environment, fig_to_data_uri, sparkline, write_report
 from .report_plots import PLOTS, SIDES, STATUS_COLORS, workload_rows
 
 __all__ = ["render_report", "HISTORY_LAST"]
@@ -550,4 +550,4 @@ def render_report(run_dir: Path, out: Path | None = None, history_db: Path | Non
     out = Path(out) if out is not None else run_dir / "report.html"
     html = environment().get_template(TEMPLATE_NAME).render(
         **_build_context(run_dir, out, history_db, history_last))
-    return write_atomic(out, html)
+    return write_report(out, html)

@@ -3,11 +3,9 @@
 V1 passes and was measured (drafts on both sides); V2 with `strict-acceptance`, which
 rejects drafts a correct sampler accepts but keeps every token, is an acceptance
 regression while token agreement still passes."""
-import json
 
 import pytest
-
-from mrbench.harness.cli import main
+from support.side_by_side import run_variants
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
@@ -23,21 +21,21 @@ WL = "spec.k2-ngram-b4"
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory):
-    path = tmp_path_factory.mktemp("acceptance") / "acceptance.yaml"
-    path.write_text(SUITE)
-    return path
+def runs(tmp_path_factory):
+    """The clean run and the strict-acceptance run, side by side (support.side_by_side: the
+    suite gates no latency): name -> (exit code, summary, this entry's checks by metric)."""
+    root = tmp_path_factory.mktemp("acceptance")
+    (root / "acceptance.yaml").write_text(SUITE)
+    runs = run_variants(root, root / "acceptance.yaml",
+                        {"clean": [], "fault": ["--fault", "strict-acceptance"]},
+                        in_process=True)
+    return {name: (r.code, r.summary,
+                   {c["metric"]: c for c in r.summary["checks"] if c["workload"] == WL})
+            for name, r in runs.items()}
 
 
-def run(suite, out, *args):
-    code = main(["run", str(suite), "--out", str(out), *args])
-    summary = json.loads((out / "summary.json").read_text())
-    checks = {c["metric"]: c for c in summary["checks"] if c["workload"] == WL}
-    return code, summary, checks
-
-
-def test_clean_v2_passes_the_acceptance_gate(suite, tmp_path):
-    code, summary, checks = run(suite, tmp_path / "clean")
+def test_clean_v2_passes_the_acceptance_gate(runs):
+    code, summary, checks = runs["clean"]
     assert code == 0 and summary["verdict"] == "pass", summary["failures"]
     al = checks["mean_acceptance_length"]
     assert al["verdict"] == "pass" and al["p_value"] == 1.0, al          # judged, not info
@@ -48,8 +46,8 @@ def test_clean_v2_passes_the_acceptance_gate(suite, tmp_path):
     assert m["baseline"]["spec_decode_num_drafts"] > 0
 
 
-def test_strict_acceptance_is_an_acceptance_regression_with_the_same_tokens(suite, tmp_path):
-    code, summary, checks = run(suite, tmp_path / "fault", "--fault", "strict-acceptance")
+def test_strict_acceptance_is_an_acceptance_regression_with_the_same_tokens(runs):
+    code, summary, checks = runs["fault"]
     assert code == 1 and summary["verdict"] == "regression", summary["failures"]
     assert summary["candidate_faults"] == ["strict-acceptance"]
     al = checks["mean_acceptance_length"]

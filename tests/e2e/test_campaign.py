@@ -20,7 +20,9 @@ workloads:
 def calibration(tmp_path_factory):
     root = tmp_path_factory.mktemp("cal")
     (root / "tiny.yaml").write_text(TINY)
-    code = main(["calibrate", str(root / "tiny.yaml"), "-n", "2", "--out", str(root / "c")])
+    # in-process: this tests the campaign, not engine isolation (saves a spawn per side)
+    code = main(["calibrate", str(root / "tiny.yaml"), "-n", "2", "--out", str(root / "c"),
+                 "--in-process"])
     return code, root / "c"
 
 

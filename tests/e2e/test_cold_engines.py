@@ -5,41 +5,47 @@ it is. Either way every result records what each start wrote (harness.compile_ca
 
 The "jitcache" test target keeps a kernel per engine shape under TRITON_CACHE_DIR the way
 Triton's file cache does, and says which kernels its process compiled itself."""
-import json
-
 import pytest
-import support.jit_cache  # noqa: F401  (registers the "jitcache" target in this process)
+from support.side_by_side import run_variants
 from support.suites import three_gsm8k
-
-from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
 
-@pytest.fixture
-def caches(tmp_path, monkeypatch):
-    """Empty compile caches of every kind the harness counts, and the test target loaded in
-    every engine process."""
-    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT"):
-        monkeypatch.setenv(var, str(tmp_path / var.lower()))
-    monkeypatch.setenv("MRBENCH_TARGET_MODULES", "support.jit_cache")
-    return tmp_path
+ONE = three_gsm8k().split("  - id: b")[0]
+# each run: its suite, its flags and its environment beyond empty caches
+RUNS = {"rebuild": (three_gsm8k(), ["--cold-engines", "rebuild"], {}),
+        "keep": (three_gsm8k(), [], {}),                      # CPU: `auto` keeps
+        "never-hits": (ONE, ["--cold-engines", "rebuild"], {"JITCACHE_NEVER_HITS": "1"}),
+        "layered": (ONE, ["--cold-engines", "rebuild"], {"JITCACHE_LAYERED": "1"})}
 
 
-def _run(tmp_path, capsys, *flags, suite_text=three_gsm8k()):
-    suite = tmp_path / "three.yaml"
-    suite.write_text(suite_text)
-    out = tmp_path / f"run{'-'.join(flags)}"
-    code = main(["run", str(suite), "--target", "jitcache", "--candidate", "v2",
-                 "--baseline", "v2", "--out", str(out), *flags])
-    err = capsys.readouterr().err
-    assert code == 0, err
-    manifest = json.loads((out / "manifest.json").read_text())
-    return manifest, err, (out / "report.html").read_text()
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every run of this module, side by side (support.side_by_side: they judge starts,
+    caches and records, never time), each with empty compile caches of its own of every
+    kind the harness counts, and the test target loaded in every engine process:
+    name -> (manifest, stderr, report.html)."""
+    root = tmp_path_factory.mktemp("cold")
+    variants, own_env = {}, {}
+    for name, (suite_text, flags, env) in RUNS.items():
+        (root / f"{name}.yaml").write_text(suite_text)
+        variants[name] = [root / f"{name}.yaml", "--target", "jitcache", "--candidate", "v2",
+                          "--baseline", "v2", *flags]
+        own_env[name] = {**env, **{var: str(root / f"{name}-caches" / var.lower()) for var in
+                                   ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                                    "VLLM_CACHE_ROOT")}}
+    runs = run_variants(root, None, variants, own_env=own_env,
+                        env={"MRBENCH_TARGET_MODULES": "support.jit_cache"})
+    out = {}
+    for name, r in runs.items():
+        assert r.code == 0, r.err
+        out[name] = (r.manifest, r.err, (r.path / "report.html").read_text())
+    return out
 
 
-def test_an_engine_that_compiled_at_start_is_measured_in_a_new_process(caches, capsys):
-    manifest, err, html = _run(caches, capsys, "--cold-engines", "rebuild")
+def test_an_engine_that_compiled_at_start_is_measured_in_a_new_process(runs):
+    manifest, err, html = runs["rebuild"]
     assert manifest["isolation"]["cold_engines"] == "rebuild"
     res = manifest["resolved"]
     for wid in ("a", "b", "c"):
@@ -61,8 +67,8 @@ def test_an_engine_that_compiled_at_start_is_measured_in_a_new_process(caches, c
     assert "in a new process after a start that compiled (1 file in the triton cache)" in html
 
 
-def test_keep_measures_the_engine_that_compiled_and_records_it(caches, capsys):
-    manifest, err, html = _run(caches, capsys)          # CPU: `auto` keeps
+def test_keep_measures_the_engine_that_compiled_and_records_it(runs):
+    manifest, err, html = runs["keep"]                  # CPU: `auto` keeps
     assert manifest["isolation"]["cold_engines"] == "keep"
     res = manifest["resolved"]
     for wid in ("a", "b"):
@@ -76,13 +82,10 @@ def test_keep_measures_the_engine_that_compiled_and_records_it(caches, capsys):
     assert "compiled (1 file in the triton cache)" in html and "loaded from the caches" in html
 
 
-def test_a_rebuild_whose_start_writes_again_ends_rebuilding_for_the_run(caches, capsys,
-                                                                        monkeypatch):
+def test_a_rebuild_whose_start_writes_again_ends_rebuilding_for_the_run(runs):
     """A cache that never hits (or a tool that writes at every start): one rebuild shows it,
     and the run measures the rest as they start instead of paying a start twice each."""
-    monkeypatch.setenv("JITCACHE_NEVER_HITS", "1")
-    one = three_gsm8k().split("  - id: b")[0]
-    manifest, err, _ = _run(caches, capsys, "--cold-engines", "rebuild", suite_text=one)
+    manifest, err, _ = runs["never-hits"]
     cand = manifest["resolved"]["a"]["candidate"]["engine_start"]
     base = manifest["resolved"]["a"]["baseline"]["engine_start"]
     assert cand["rebuilt_after"]["compile_cache_writes"] == {"triton": 1}
@@ -92,13 +95,10 @@ def test_a_rebuild_whose_start_writes_again_ends_rebuilding_for_the_run(caches, 
     assert err.count("starting it again in a new process") == 1
 
 
-def test_a_cache_that_fills_in_layers_is_rebuilt_until_a_start_loads_everything(
-        caches, capsys, monkeypatch):
+def test_a_cache_that_fills_in_layers_is_rebuilt_until_a_start_loads_everything(runs):
     """The start that compiled wrote two files, its rebuild still one (a kernel the loading
     path builds): that rebuild is started once more, and the start measured wrote nothing."""
-    monkeypatch.setenv("JITCACHE_LAYERED", "1")
-    one = three_gsm8k().split("  - id: b")[0]
-    manifest, err, _ = _run(caches, capsys, "--cold-engines", "rebuild", suite_text=one)
+    manifest, err, _ = runs["layered"]
     cand = manifest["resolved"]["a"]["candidate"]
     start = cand["engine_start"]
     assert start["compile_cache_writes"] == {} and cand["compiled_in_process"] == []

@@ -2,13 +2,10 @@
 (exit 3) and the run's other workloads still report. One killed from outside (SIGKILL) and
 one that hangs (the watchdog's case) are in test_machine_faults.py, with the other faults
 of the machine."""
-import json
-
 import pytest
-import support.engine_faults  # noqa: F401  (registers the "faulty" target in this process)
 from markupsafe import escape
+from support.side_by_side import run_variants
 
-from mrbench.harness.cli import main
 from mrbench.harness.show.failure_hints import OTHER, hint_for
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
@@ -24,18 +21,27 @@ workloads:
 """
 
 
-@pytest.mark.parametrize("mode, words", [
-    ("segv", "killed by signal SIGSEGV"),
-    ("exit", "exit code 7"),
-])
-def test_a_dead_engine_is_a_recorded_failure(tmp_path, capsys, monkeypatch, mode, words):
-    monkeypatch.setenv("MRBENCH_TARGET_MODULES", "support.engine_faults")   # engine processes load it
-    (tmp_path / "s.yaml").write_text(SUITE)
-    out = tmp_path / "run"
-    code = main(["run", str(tmp_path / "s.yaml"), "--target", "faulty", "--candidate", mode,
-                 "--baseline", "bundled:v1", "--timeout", "15", "--out", str(out)])
-    summary = json.loads((out / "summary.json").read_text())
-    assert code == 3 and summary["verdict"] == "error"
+MODES = {"segv": "killed by signal SIGSEGV", "exit": "exit code 7"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A run whose candidate engine segfaults and one whose candidate engine exits, side by
+    side (support.side_by_side: they judge records, never time); the engine processes load
+    the "faulty" target from MRBENCH_TARGET_MODULES."""
+    root = tmp_path_factory.mktemp("faulty")
+    (root / "s.yaml").write_text(SUITE)
+    return run_variants(root, root / "s.yaml",
+                        {mode: ["--target", "faulty", "--candidate", mode, "--baseline",
+                                "bundled:v1", "--timeout", "15"] for mode in MODES},
+                        env={"MRBENCH_TARGET_MODULES": "support.engine_faults"})
+
+
+@pytest.mark.parametrize("mode, words", MODES.items())
+def test_a_dead_engine_is_a_recorded_failure(runs, mode, words):
+    run = runs[mode]
+    summary, out = run.summary, run.path
+    assert run.code == 3 and summary["verdict"] == "error"
     [fail] = summary["failures"]
     assert (fail["workload"], fail["side"]) == ("broken", "candidate")
     assert words in fail["error"], fail["error"]
@@ -44,4 +50,4 @@ def test_a_dead_engine_is_a_recorded_failure(tmp_path, capsys, monkeypatch, mode
     assert "broken" in report
     hint = hint_for(fail["error"])                   # its own, not the catch-all
     assert hint != OTHER and escape(hint.happened) in report and escape(hint.to_try) in report
-    assert "FAILED broken (candidate)" in capsys.readouterr().out
+    assert "FAILED broken (candidate)" in run.out

@@ -3,22 +3,29 @@ on stderr, line by line, when stderr is a file (nightly logs)."""
 import json
 
 import pytest
+from support.side_by_side import run_variants
 from support.suites import three_gsm8k
-
-from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
 SUITE = three_gsm8k()
 
 
-def test_workloads_of_one_engine_shape_share_the_engines_and_progress_is_printed(
-        tmp_path, capsys):
-    suite = tmp_path / "reuse.yaml"
-    suite.write_text(SUITE)
-    out = tmp_path / "run"
-    code = main(["run", str(suite), "--out", str(out)])
-    err = capsys.readouterr().err
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The three-workload run and the one-workload runs in each build order, side by side
+    (support.side_by_side: they judge engines, order and records, never time)."""
+    root = tmp_path_factory.mktemp("reuse")
+    (root / "reuse.yaml").write_text(SUITE)
+    (root / "one.yaml").write_text(SUITE.split("  - id: b")[0])
+    return run_variants(root, None, {
+        "run": [root / "reuse.yaml"],
+        "run-baseline": [root / "one.yaml", "--build-first", "baseline"],
+        "run-None": [root / "one.yaml"]})
+
+
+def test_workloads_of_one_engine_shape_share_the_engines_and_progress_is_printed(runs):
+    code, err, out = runs["run"].code, runs["run"].err, runs["run"].path
     summary = json.loads((out / "summary.json").read_text())
     assert code == 0 and summary["verdict"] == "pass", summary["failures"]
     lines = [ln for ln in err.splitlines() if ln.startswith("[mrbench +")]
@@ -53,22 +60,15 @@ def test_workloads_of_one_engine_shape_share_the_engines_and_progress_is_printed
     assert 'id="what-ran"' in html and "runner_impl" in html and "<details>" in html
 
 
-def test_build_first_baseline_builds_the_baseline_engine_first_and_is_recorded(
-        tmp_path, capsys):
+def test_build_first_baseline_builds_the_baseline_engine_first_and_is_recorded(runs):
     """--build-first is the control for a bias that follows build order: the engines are
     built in the order asked for, and the result says which order it was."""
-    suite = tmp_path / "one.yaml"
-    suite.write_text(SUITE.split("  - id: b")[0])
-    runs = {}
+    order = {}
     for first in ("baseline", None):
-        out = tmp_path / f"run-{first}"
-        code = main(["run", str(suite), "--out", str(out)]
-                    + (["--build-first", first] if first else []))
-        err = capsys.readouterr().err
-        assert code == 0, err
-        starts = [ln.split(" / ")[1].split(" (")[0] for ln in err.splitlines()
+        run = runs[f"run-{first}"]
+        assert run.code == 0, run.err
+        starts = [ln.split(" / ")[1].split(" (")[0] for ln in run.err.splitlines()
                   if "starting engine" in ln]
-        manifest = json.loads((out / "manifest.json").read_text())
-        runs[first] = (starts, manifest["isolation"]["build_first"])
-    assert runs["baseline"] == (["baseline", "candidate"], "baseline")
-    assert runs[None] == (["candidate", "baseline"], "candidate")        # the default
+        order[first] = (starts, run.manifest["isolation"]["build_first"])
+    assert order["baseline"] == (["baseline", "candidate"], "baseline")
+    assert order[None] == (["candidate", "baseline"], "candidate")        # the default

@@ -5,9 +5,7 @@ across runs only while both sides are kept."""
 import json
 
 import pytest
-import support.engine_faults  # noqa: F401  (registers the "faulty" target in this process)
-
-from mrbench.harness.cli import main
+from support.side_by_side import side_by_side
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
@@ -27,11 +25,32 @@ workloads:
 """
 
 
-def _run(tmp_path, name, *args):
-    (tmp_path / "s.yaml").write_text(SUITE)
-    out = tmp_path / name
-    code = main(["run", str(tmp_path / "s.yaml"), "--out", str(out), *args])
-    return (code, json.loads((out / "summary.json").read_text()),
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every run of this module, side by side (support.side_by_side: none judges time), the
+    longest first: the serial and together runs, the run whose engine dies at its start, and
+    the faults and calibrate campaigns. name -> (Done, its --out)."""
+    root = tmp_path_factory.mktemp("starts")
+    suite = root / "s.yaml"
+    suite.write_text(SUITE)
+    commands = {
+        "faults": ["faults", suite, "--fault", "seq-lens-sync", "--engine-starts", "3"],
+        "calibrate": ["calibrate", suite, "-n", "2", "--candidate", "v2", "--baseline", "v2",
+                      "--engine-starts", "3"],
+        "serial": ["run", suite, "--engine-starts", "1"],
+        "together": ["run", suite, "--engine-starts", "3"],
+        "dies": ["run", suite, "--target", "faulty", "--candidate", "start-exit",
+                 "--baseline", "bundled:v1", "--engine-starts", "4"],
+    }
+    done = side_by_side({name: [*args, "--out", root / name] for name, args in commands.items()},
+                        own_env={"dies": {"MRBENCH_TARGET_MODULES": "support.engine_faults"}})
+    return {name: (d, root / name) for name, d in done.items()}
+
+
+def _run(runs, name):
+    d, out = runs[name]
+    assert (out / "summary.json").is_file(), d.err[-3000:]
+    return (d.code, json.loads((out / "summary.json").read_text()),
             json.loads((out / "manifest.json").read_text()))
 
 
@@ -42,9 +61,9 @@ def _judged(summary):
                 "state_audit_violations", "accuracy_strict", "sampled_token_agreement")}
 
 
-def test_together_or_one_at_a_time_the_checks_are_the_same(tmp_path, capsys):
-    code1, serial, m1 = _run(tmp_path, "serial", "--engine-starts", "1")
-    code3, together, m3 = _run(tmp_path, "together", "--engine-starts", "3")
+def test_together_or_one_at_a_time_the_checks_are_the_same(runs):
+    code1, serial, m1 = _run(runs, "serial")
+    code3, together, m3 = _run(runs, "together")
     assert code1 == code3 == 0, (serial["failures"], together["failures"])
     assert _judged(serial) == _judged(together) and _judged(serial)
     # one at a time: each shape resident alone, as engines were always started
@@ -57,7 +76,7 @@ def test_together_or_one_at_a_time_the_checks_are_the_same(tmp_path, capsys):
     starts = m3["engines"]["starts"]
     assert len(starts) == 6 and max(s["overlapped"] for s in starts) >= 2
     assert all(s["start_s"] > 0 and s["began_s"] >= 0 for s in starts)
-    err = capsys.readouterr().err
+    err = runs["together"][0].err
     assert "engine plan: 6 engines in 1 start group, up to 3 starting at once" in err
     assert "start group 1/1 / candidate (v2): starting engine (b)" in err
     # each workload names the start of the engine that served it
@@ -65,12 +84,8 @@ def test_together_or_one_at_a_time_the_checks_are_the_same(tmp_path, capsys):
     assert res["workloads"] == ["b"] and res["side"] == "candidate"
 
 
-def test_an_engine_that_dies_while_starting_with_others_fails_its_workload_alone(
-        tmp_path, monkeypatch):
-    monkeypatch.setenv("MRBENCH_TARGET_MODULES", "support.engine_faults")
-    code, summary, manifest = _run(tmp_path, "run", "--target", "faulty",
-                                   "--candidate", "start-exit", "--baseline", "bundled:v1",
-                                   "--engine-starts", "4")
+def test_an_engine_that_dies_while_starting_with_others_fails_its_workload_alone(runs):
+    code, summary, manifest = _run(runs, "dies")
     assert code == 3 and summary["verdict"] == "error"
     [fail] = summary["failures"]
     assert (fail["workload"], fail["side"]) == ("b", "candidate")
@@ -81,15 +96,12 @@ def test_an_engine_that_dies_while_starting_with_others_fails_its_workload_alone
     assert dead["workloads"] == ["b"] and "exit code 9" in dead["error"]
 
 
-def test_a_campaign_keeps_engines_only_while_both_sides_are_kept(tmp_path):
+def test_a_campaign_keeps_engines_only_while_both_sides_are_kept(runs):
     """`faults` changes the candidate every run, so its fault run starts both sides again
     (an engine kept across runs is never measured against a fresh one); `calibrate` changes
     neither side, so its second run is served by the first run's engines on both sides."""
-    (tmp_path / "s.yaml").write_text(SUITE)
-    out = tmp_path / "faults"
-    code = main(["faults", str(tmp_path / "s.yaml"), "--fault", "seq-lens-sync",
-                 "--engine-starts", "3", "--out", str(out)])
-    assert code == 0
+    done, out = runs["faults"]
+    assert done.code == 0, done.err[-3000:]
     clean = json.loads((out / "clean" / "manifest.json").read_text())
     fault = json.loads((out / "seq-lens-sync" / "manifest.json").read_text())
     assert {s["side"] for s in clean["engines"]["starts"]} == {"baseline", "candidate"}
@@ -101,10 +113,8 @@ def test_a_campaign_keeps_engines_only_while_both_sides_are_kept(tmp_path):
     assert json.loads((out / "faults.json").read_text())["faults"]["seq-lens-sync"][
         "status"] == "caught"
 
-    out = tmp_path / "calibrate"
-    code = main(["calibrate", str(tmp_path / "s.yaml"), "-n", "2", "--candidate", "v2",
-                 "--baseline", "v2", "--engine-starts", "3", "--out", str(out)])
-    assert code == 0
+    done, out = runs["calibrate"]
+    assert done.code == 0, done.err[-3000:]
     first, second = (json.loads((out / f"run-0{i}" / "manifest.json").read_text())
                      for i in (0, 1))
     assert {s["side"] for s in first["engines"]["starts"]} == {"baseline", "candidate"}

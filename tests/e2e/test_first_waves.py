@@ -32,8 +32,9 @@ def test_a_run_re_judged_on_its_first_waves(tmp_path, capsys):
     suite = tmp_path / "tiny.yaml"
     suite.write_text(SUITE)
     run = tmp_path / "run"
+    # in-process: this tests the re-judging, not engine isolation (saves a spawn per side)
     code = main(["run", str(suite), "--baseline", "v2", "--candidate", "v2",
-                 "--fault", "slow-step:200", "--out", str(run)])
+                 "--fault", "slow-step:200", "--out", str(run), "--in-process"])
     assert code in (0, 1)           # the verdict is not what this tests (a busy machine
                                     # makes the latency checks "not measured")
     recorded = json.loads((run / "summary.json").read_text())

@@ -216,7 +216,9 @@ def test_report_rerenders(runs, capsys):
 
 def test_run_gsm8k_from_a_seed(tmp_path):
     out = tmp_path / "g"
-    code = run(["run", "gsm8k", "--seed", "1000042", "--limit", "6", "--out", str(out)])
+    # in-process: this tests the seed, not engine isolation (saves a spawn per side)
+    code = run(["run", "gsm8k", "--seed", "1000042", "--limit", "6", "--out", str(out),
+                "--in-process"])
     assert code == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["workloads"]["gsm8k"]["source"] == "generated:seed=1000042"

@@ -19,9 +19,11 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support.side_by_side import JOBS, env_for
 from support.suites import three_gsm8k
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
@@ -31,24 +33,22 @@ SUITE = three_gsm8k()            # runs a, c, b: b (3 slots) is the faulty engin
 MODE = {"during": "pause", "after": "pause-close"}
 
 
-def _ignore_sigint() -> None:    # what `cmd &` in a non-interactive shell gives a job
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _interrupted_run(tmp_path: Path, how: str, when: str) -> tuple[int, str, str, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     suite = tmp_path / "three.yaml"
     suite.write_text(SUITE)
     out, err_path, marker = tmp_path / "run", tmp_path / "stderr.txt", tmp_path / "paused"
-    env = dict(os.environ, MRBENCH_TARGET_MODULES="support.engine_faults",
-               MRBENCH_TEST_PAUSE_FILE=str(marker),
-               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH",
-                                                                               "")]))
+    env = env_for(dict(MRBENCH_TARGET_MODULES="support.engine_faults",
+                       MRBENCH_TEST_PAUSE_FILE=str(marker)))
+    # `trap "" INT; exec ...`: the run starts with SIGINT ignored, as every job that `cmd &`
+    # in a non-interactive shell starts does (exec keeps an ignored signal ignored); a shell,
+    # not preexec_fn, which is unsafe while other threads run (runs start side by side)
+    cmd = [sys.executable, "-m", "mrbench", "run", str(suite), "--out", str(out), "--target",
+           "faulty", "--candidate", MODE[when], "--baseline", "bundled:v1"]
     with err_path.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "mrbench", "run", str(suite), "--out",
-                                 str(out), "--target", "faulty", "--candidate", MODE[when],
-                                 "--baseline", "bundled:v1"],
+        proc = subprocess.Popen(["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *cmd],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                start_new_session=True, preexec_fn=_ignore_sigint)
+                                start_new_session=True)
         deadline = time.monotonic() + 300
         while not marker.exists():                     # the engine is at the point
             assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
@@ -62,9 +62,23 @@ def _interrupted_run(tmp_path: Path, how: str, when: str) -> tuple[int, str, str
     return proc.returncode, stdout, err_path.read_text(), out
 
 
+CASES = [(how, when) for when in ("during", "after") for how in ("sigterm", "ctrl-c")]
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str, str, Path]]:
+    """Every case's interrupted run, two at a time (support.side_by_side: these runs judge
+    what is written, never time; the signal comes at a marker, never after a guessed time):
+    (how, when) -> (exit code, stdout, stderr, results)."""
+    root = tmp_path_factory.mktemp("interrupt")
+    with ThreadPoolExecutor(JOBS) as pool:
+        futures = {c: pool.submit(_interrupted_run, root / "-".join(c), *c) for c in CASES}
+        return {c: f.result() for c, f in futures.items()}
+
+
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
-def test_an_interrupt_during_a_workload_keeps_the_workloads_that_finished(tmp_path, how):
-    code, stdout, err, out = _interrupted_run(tmp_path, how, "during")
+def test_an_interrupt_during_a_workload_keeps_the_workloads_that_finished(interrupted, how):
+    code, stdout, err, out = interrupted[(how, "during")]
     assert code == 130, err
     assert "Traceback" not in err and "mrbench: interrupted: " in err
     summary = json.loads((out / "summary.json").read_text())
@@ -76,12 +90,12 @@ def test_an_interrupt_during_a_workload_keeps_the_workloads_that_finished(tmp_pa
         {("b", "baseline"), ("b", "candidate")}
     assert 'id="interrupted"' in (out / "report.html").read_text()
     assert "verdict: error" in stdout
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]  # no temp left
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".run.")]  # no temp left
 
 
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
-def test_an_interrupt_after_the_last_workload_writes_the_whole_run(tmp_path, how):
-    code, stdout, err, out = _interrupted_run(tmp_path, how, "after")
+def test_an_interrupt_after_the_last_workload_writes_the_whole_run(interrupted, how):
+    code, stdout, err, out = interrupted[(how, "after")]
     assert code == 130, err
     assert "Traceback" not in err
     assert f"after every workload finished: the results in {out} are complete" in err, err
@@ -90,4 +104,4 @@ def test_an_interrupt_after_the_last_workload_writes_the_whole_run(tmp_path, how
     assert {c["workload"] for c in summary["checks"]} == {"a", "b", "c"}
     assert (out / "report.html").is_file() and (out / "manifest.json").is_file()
     assert f"verdict: {summary['verdict']}" in stdout
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".run.")]

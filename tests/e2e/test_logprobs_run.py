@@ -5,12 +5,15 @@ top-k 8, top 5 (+1) logprobs). Clean V2 agrees with V1 at every compared positio
 tokens, so only `logprobs.processed/logprobs_agreement` fails. And no other fault trips
 `logprobs_agreement` on this workload's shape (runner level, the harness's own check)."""
 import json
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
+import torch
+from support.side_by_side import run_variants
 
 from mrbench.contract import SideResult, TokenLogprob
 from mrbench.harness.checks.logprobs import logprobs_check
-from mrbench.harness.cli import main
 from mrbench.harness.record.suite import load_suite
 from mrbench.runner_impl import LLM, SamplingParams
 from mrbench.runner_impl.faults import KNOWN_FAULTS
@@ -23,34 +26,35 @@ pytestmark = pytest.mark.slow
 FAULT = "processed-logprobs-unmasked"
 
 
-def run(out, *args):
-    code = main(["run", "surface:logprobs", "--out", str(out), *args])
-    summary = json.loads((out / "summary.json").read_text())
-    return code, summary, {(c["workload"], c["metric"]): c for c in summary["checks"]}
+@pytest.fixture(scope="module", autouse=True)
+def runs(tmp_path_factory):
+    """The clean run and the fault run, side by side (support.side_by_side: they judge
+    logprobs and tokens, never time), started in the background as the module starts: the
+    runner-level sweep (test_no_other_fault_trips_it, first) computes meanwhile, on one
+    thread. Yields a function that waits for them: name -> (exit code, summary, checks,
+    results)."""
+    root = tmp_path_factory.mktemp("logprobs")
+    with ThreadPoolExecutor(1) as pool:
+        made = pool.submit(run_variants, root, "surface:logprobs",
+                           {"clean": [], "fault": ["--fault", FAULT]}, in_process=True)
+
+        def get(name: str):
+            r = made.result()[name]
+            return (r.code, r.summary,
+                    {(c["workload"], c["metric"]): c for c in r.summary["checks"]}, r.path)
+        yield get
 
 
-def test_clean_v2_returns_v1s_logprobs(tmp_path):
-    code, summary, checks = run(tmp_path / "clean")
-    assert code == 0 and summary["verdict"] == "pass", summary["failures"]
-    for entry in ("logprobs.raw", "logprobs.processed"):
-        c = checks[(entry, "logprobs_agreement")]
-        assert c["verdict"] == "pass" and c["candidate"] == 0, c
-        compared = int(c["note"].split(" positions compared")[0])
-        assert compared >= 12 * 16, c["note"]         # most of 12 requests x 32 tokens
-        assert checks[(entry, "token_agreement")]["candidate"] == 1.0
-    manifest = json.loads((tmp_path / "clean" / "manifest.json").read_text())
-    engine = manifest["resolved"]["logprobs.processed"]["candidate"]["engine"]
-    assert engine["logprobs_mode"] == "processed_logprobs"
-
-
-def test_the_fault_is_caught_by_logprobs_agreement_only(tmp_path):
-    code, summary, checks = run(tmp_path / "fault", "--fault", FAULT)
-    assert code == 1 and summary["verdict"] == "regression", summary["failures"]
-    failed = sorted(k for k, c in checks.items() if c["verdict"] == "regression")
-    assert failed == [("logprobs.processed", "logprobs_agreement")], failed
-    assert checks[("logprobs.processed", "token_agreement")]["candidate"] == 1.0
-    c = checks[("logprobs.processed", "logprobs_agreement")]
-    assert c["candidate"] >= 12 * 16, c["note"]       # nearly every position moved
+@contextmanager
+def one_thread():
+    """torch on one thread in this process while the module's runs use the other core:
+    two runnable OpenMP threads each on a core that is busy slow down several-fold."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 def _side(outs, top_n: int) -> SideResult:
@@ -79,8 +83,34 @@ def test_no_other_fault_trips_it(mode):
                for i in range(len(prompts))]
     shape = dict(max_num_seqs=p.max_num_seqs, max_num_batched_tokens=p.max_num_batched_tokens,
                  logprobs_mode=MODES[mode], warmup=False)
-    base = _side(LLM(runner="v1", **shape).generate(prompts, sps), p.top_n)
-    for fault in sorted(set(KNOWN_FAULTS) - {FAULT}):
-        cand = _side(LLM(runner="v2", faults=[fault], **shape).generate(prompts, sps), p.top_n)
-        c = logprobs_check(f"logprobs.{mode}", base, cand)
-        assert c.verdict.value == "pass", (fault, c.note)
+    with one_thread():
+        base = _side(LLM(runner="v1", **shape).generate(prompts, sps), p.top_n)
+        for fault in sorted(set(KNOWN_FAULTS) - {FAULT}):
+            cand = _side(LLM(runner="v2", faults=[fault], **shape).generate(prompts, sps),
+                         p.top_n)
+            c = logprobs_check(f"logprobs.{mode}", base, cand)
+            assert c.verdict.value == "pass", (fault, c.note)
+
+
+def test_clean_v2_returns_v1s_logprobs(runs):
+    code, summary, checks, path = runs("clean")
+    assert code == 0 and summary["verdict"] == "pass", summary["failures"]
+    for entry in ("logprobs.raw", "logprobs.processed"):
+        c = checks[(entry, "logprobs_agreement")]
+        assert c["verdict"] == "pass" and c["candidate"] == 0, c
+        compared = int(c["note"].split(" positions compared")[0])
+        assert compared >= 12 * 16, c["note"]         # most of 12 requests x 32 tokens
+        assert checks[(entry, "token_agreement")]["candidate"] == 1.0
+    manifest = json.loads((path / "manifest.json").read_text())
+    engine = manifest["resolved"]["logprobs.processed"]["candidate"]["engine"]
+    assert engine["logprobs_mode"] == "processed_logprobs"
+
+
+def test_the_fault_is_caught_by_logprobs_agreement_only(runs):
+    code, summary, checks, _ = runs("fault")
+    assert code == 1 and summary["verdict"] == "regression", summary["failures"]
+    failed = sorted(k for k, c in checks.items() if c["verdict"] == "regression")
+    assert failed == [("logprobs.processed", "logprobs_agreement")], failed
+    assert checks[("logprobs.processed", "token_agreement")]["candidate"] == 1.0
+    c = checks[("logprobs.processed", "logprobs_agreement")]
+    assert c["candidate"] >= 12 * 16, c["note"]       # nearly every position moved

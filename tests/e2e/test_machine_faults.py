@@ -1,7 +1,8 @@
 """Faults of the machine under a real `mrbench run` (or `history add`), and what is on disk
 after each: an engine killed from outside (the OOM killer's SIGKILL), a KV cache larger than
-the memory free at start, a full disk while the results are committed, a broken model
-directory, an engine that stops answering, and a history write killed mid-transaction.
+the memory free at start, a full disk while the results are committed (or after, at the
+report), a broken model directory, an engine that stops answering, and a history write
+killed mid-transaction.
 Each recorded failure carries what happened and what to try (harness/show/failure_hints.py),
 in report.html and in the terminal summary.
 
@@ -35,6 +36,7 @@ import support.engine_faults  # noqa: F401  (registers the "faulty" target in th
 import torch
 from safetensors.torch import load_file, save_file
 from support.history_runs import write_run
+from support.side_by_side import env_for
 
 from mrbench.harness.cli import main
 from mrbench.harness.record import history
@@ -92,10 +94,37 @@ def _assert_hint(text: str, *needles: str) -> None:
 # ---- 1. an engine killed with SIGKILL during a workload (the OOM killer) ------------------
 
 @pytest.fixture(scope="module")
-def killed_run(tmp_path_factory) -> tuple[int, str, str, Path, int]:
+def hung_run(tmp_path_factory):
+    """A run whose candidate engine stops answering in `broken` (section 5), started in a
+    process of its own before the module's other runs and waited for by its test: most of
+    it is the watchdog's 15 s wait, in which they run (support.side_by_side: it judges what
+    is recorded, never time). Yields a function: (exit code, stdout, stderr, results)."""
+    tmp = tmp_path_factory.mktemp("hung")
+    (tmp / "suite.yaml").write_text(suite("ok", "broken"))
+    out = tmp / "results" / "run"
+    cmd = [sys.executable, "-m", "mrbench", "run", str(tmp / "suite.yaml"), "--out", str(out),
+           "--target", "faulty", "--candidate", "hang", "--baseline", "bundled:v1",
+           "--timeout", "15"]
+    with (tmp / "stdout").open("w") as o, (tmp / "stderr").open("w") as e:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=o, stderr=e,
+                                env=env_for({"MRBENCH_TARGET_MODULES": "support.engine_faults"}))
+
+    def finished() -> tuple[int, str, str, Path]:
+        code = proc.wait(timeout=WAIT_S)
+        return code, (tmp / "stdout").read_text(), (tmp / "stderr").read_text(), out
+    try:
+        yield finished
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory, hung_run) -> tuple[int, str, str, Path, int]:
     """The three-workload run whose candidate engine is SIGKILLed from outside while it
     serves `broken`: (exit code, stdout, stderr, results, the killed pid). Module-scoped:
-    the history test adds its results too."""
+    the history test adds its results too. The hung run goes on beside it."""
     tmp = tmp_path_factory.mktemp("killed")
     marker = tmp / "paused"
     mp = pytest.MonkeyPatch()
@@ -150,12 +179,8 @@ def test_an_engine_killed_by_sigkill_is_a_recorded_failure_and_the_run_goes_on(k
 # ---- 5. an engine that stops answering: the watchdog ends it ------------------------------
 
 @pytest.mark.slow
-def test_an_engine_that_stops_answering_is_ended_by_the_watchdog(tmp_path, capsys,
-                                                                  monkeypatch):
-    monkeypatch.setenv("MRBENCH_TARGET_MODULES", "support.engine_faults")
-    code, stdout, stderr, out = _run(tmp_path, capsys, suite("ok", "broken"), "--target",
-                                     "faulty", "--candidate", "hang", "--baseline",
-                                     "bundled:v1", "--timeout", "15")
+def test_an_engine_that_stops_answering_is_ended_by_the_watchdog(hung_run):
+    code, stdout, stderr, out = hung_run()
     summary = _summary(out)
     assert code == 3 and summary["verdict"] == "error", stderr
     [fail] = summary["failures"]
@@ -233,6 +258,40 @@ def test_a_full_disk_at_the_commit_leaves_the_earlier_results_and_no_half_run(
     assert "Traceback" not in stderr
     assert sorted(p.name for p in results.iterdir()) == ["earlier"]   # no run, no temp
     assert _digest(earlier) == before
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_the_report_leaves_the_committed_run_and_says_so_in_one_line(
+        tmp_path, capsys, monkeypatch):
+    """The run is committed, then its report.html meets a full disk: one line that names the
+    report and the OS's error, exit 3, the run as committed (no half report), and the
+    report renders once there is room."""
+    fsync = os.fsync
+
+    def full_disk(fd: int) -> None:
+        """The report's temporary file (harness.show.html.write_atomic) meets a full disk."""
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith(".report.html."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return fsync(fd)
+    monkeypatch.setattr(os, "fsync", full_disk)
+    code, stdout, stderr, out = _run(tmp_path, capsys, suite("ok"), "--candidate", "v1",
+                                     "--baseline", "v1", "--in-process")
+    assert code == 3, stderr
+    assert stderr.count("mrbench: error: ") == 1 and "Traceback" not in stderr
+    [line] = [ln for ln in stderr.splitlines() if ln.startswith("mrbench: error: ")]
+    assert f"the report could not be written to {out / 'report.html'}: No space left on " \
+           "device [ENOSPC] on the filesystem mounted at " in line, line
+    assert f"the results in {out} are complete" in line and f"mrbench report {out}" in line
+    assert "verdict: pass" in stdout and "report: " not in stdout   # the verdict still said
+    committed = _digest(out)
+    assert {"summary.json", "manifest.json", "requests.csv"} <= set(committed)
+    assert not [n for n in committed if "report.html" in n]    # no report, no temporary file
+    assert _summary(out)["verdict"] == "pass"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run"]
+    monkeypatch.undo()                                          # room again: it renders
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").is_file()
+    assert {k: v for k, v in _digest(out).items() if k != "report.html"} == committed
 
 
 # ---- 4. a model directory with a truncated shard, or no config.json ----------------------

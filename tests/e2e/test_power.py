@@ -24,7 +24,9 @@ def test_power_reports_false_alarms_detection_and_the_mde(tmp_path, capsys):
     suite = tmp_path / "tiny.yaml"
     suite.write_text(SUITE)
     out = tmp_path / "power"
-    code = main(["power", str(suite), "-n", "2", "--pcts", "200", "--out", str(out)])
+    # in-process: this tests the study, not engine isolation (saves a spawn per side a run)
+    code = main(["power", str(suite), "-n", "2", "--pcts", "200", "--out", str(out),
+                 "--in-process"])
     assert code == 0
     res = json.loads((out / "power.json").read_text())
     assert res["baseline"].endswith("v2") and res["candidate"].endswith("v2")

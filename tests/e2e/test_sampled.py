@@ -7,8 +7,7 @@ samples into one stream: token agreement and `sampled_distribution` both fail.""
 import json
 
 import pytest
-
-from mrbench.harness.cli import main
+from support.side_by_side import run_variants
 
 pytestmark = pytest.mark.slow
 
@@ -24,30 +23,30 @@ workloads:
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sampled") / "sampled.yaml"
-    path.write_text(SUITE)
-    return path
+def runs(tmp_path_factory):
+    """The clean run and the fault run, side by side (support.side_by_side: they judge
+    tokens and streams, never time): name -> (exit code, summary, checks by metric, dir)."""
+    root = tmp_path_factory.mktemp("sampled")
+    (root / "sampled.yaml").write_text(SUITE)
+    runs = run_variants(root, root / "sampled.yaml",
+                        {"clean": [], "fault": ["--fault", "shared-sampling-noise"]},
+                        in_process=True)
+    return {name: (r.code, r.summary, {c["metric"]: c for c in r.summary["checks"]}, r.path)
+            for name, r in runs.items()}
 
 
-def run(suite, out, *args):
-    code = main(["run", str(suite), "--out", str(out), *args])
-    summary = json.loads((out / "summary.json").read_text())
-    return code, summary, {c["metric"]: c for c in summary["checks"]}
-
-
-def test_clean_v2_samples_the_same_streams_as_v1(suite, tmp_path):
-    code, summary, checks = run(suite, tmp_path / "clean")
+def test_clean_v2_samples_the_same_streams_as_v1(runs):
+    code, summary, checks, path = runs["clean"]
     assert code == 0 and summary["verdict"] == "pass", summary["failures"]
     assert checks["token_agreement"]["verdict"] == "pass"
     assert checks["token_agreement"]["candidate"] == 1.0
     dist = checks["sampled_distribution"]
     assert dist["verdict"] == "pass" and dist["p_value"] == 1.0, dist     # judged, not info
     assert "over 10 prompts" in dist["method"]
-    manifest = json.loads((tmp_path / "clean" / "manifest.json").read_text())
+    manifest = json.loads((path / "manifest.json").read_text())
     res = manifest["resolved"]["sampled"]
     assert res["candidate"]["sampler"] == res["baseline"]["sampler"]
-    tokens = [json.loads(x) for x in (tmp_path / "clean" / "tokens.jsonl").read_text().splitlines()]
+    tokens = [json.loads(x) for x in (path / "tokens.jsonl").read_text().splitlines()]
     # sampling really happened: a prompt's two seeds gave two streams
     cand = [t for t in tokens if t.get("side") == "candidate"]
     pairs = {}
@@ -56,8 +55,8 @@ def test_clean_v2_samples_the_same_streams_as_v1(suite, tmp_path):
     assert sum(len(set(v)) == 2 for v in pairs.values()) >= 8, pairs
 
 
-def test_shared_sampling_noise_fails_agreement_and_distribution(suite, tmp_path):
-    code, summary, checks = run(suite, tmp_path / "fault", "--fault", "shared-sampling-noise")
+def test_shared_sampling_noise_fails_agreement_and_distribution(runs):
+    code, summary, checks, _ = runs["fault"]
     assert code == 1 and summary["verdict"] == "regression", summary["failures"]
     assert checks["token_agreement"]["verdict"] == "regression"
     dist = checks["sampled_distribution"]

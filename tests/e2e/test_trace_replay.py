@@ -23,8 +23,9 @@ workloads:
 def replay_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("trace")
     (root / "t.yaml").write_text(SUITE)
+    # in-process: this tests the replay, not engine isolation (saves a spawn per side)
     code = main(["run", str(root / "t.yaml"), "--out", str(root / "run"),
-                 "--max-input-len", "150", "--time-scale", "0.5"])
+                 "--max-input-len", "150", "--time-scale", "0.5", "--in-process"])
     return code, root / "run"
 
 

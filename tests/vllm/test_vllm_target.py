@@ -10,6 +10,7 @@ import pytest
 
 from mrbench.contract import EngineOptions
 from mrbench.harness.cli import main
+from mrbench.harness.record.suite import SUITES_DIR
 from mrbench.harness.run.targets.base import SideSpec
 from mrbench.harness.run.targets.vllm_args import engine_env, installed_version, llm_kwargs
 
@@ -79,15 +80,39 @@ def test_bad_vllm_sides_are_one_line_and_exit_2(tmp_path, capsys, args, words):
     assert words in line and not (tmp_path / "o").exists()
 
 
+SAMPLED = """  - id: sampled
+    workload: sampled
+    params: {limit: 8, samples_per_prompt: 2, temperature: 2.0, top_k: 64, top_p: 0.9999,
+             max_tokens: 24,
+             max_num_seqs: 8, wave_size: 8, profile_limit: 0}
+    thresholds: {latency_metrics: []}
+"""
+
+
+@pytest.fixture(scope="module")
+def cross_engine(tmp_path_factory):
+    """vllm:v1 against bundled:v1 on the same weights, one run for the module: the smoke
+    suite's entry (as shipped) and a seeded sampled entry, both on 8 slots, so the vLLM side
+    starts once for both (each start of vLLM on CPU costs tens of seconds):
+    (exit code, summary, results)."""
+    root = tmp_path_factory.mktemp("cross-engine")
+    smoke = (SUITES_DIR / "smoke.yaml").read_text()
+    assert smoke.rstrip().endswith("profile_limit: 4}") and smoke.count("  - id: ") == 1
+    (root / "smoke-sampled.yaml").write_text(
+        smoke.replace("name: smoke", "name: smoke-sampled").rstrip() + "\n" + SAMPLED)
+    out = root / "x"
+    code = main(["run", str(root / "smoke-sampled.yaml"), "--target", "vllm",
+                 "--candidate", "v1", "--baseline", "bundled:v1", "--out", str(out)])
+    return code, json.loads((out / "summary.json").read_text()), out
+
+
 @needs_vllm
-def test_cross_engine_smoke_vllm_v1_matches_the_bundled_runner(tmp_path, capsys):
+def test_cross_engine_smoke_vllm_v1_matches_the_bundled_runner(cross_engine):
     """Issue 6 acceptance: the smoke suite, vllm:v1 against bundled:v1 on the same weights."""
-    out = tmp_path / "x"
-    code = main(["run", "smoke", "--target", "vllm", "--candidate", "v1",
-                 "--baseline", "bundled:v1", "--out", str(out)])
-    summary = json.loads((out / "summary.json").read_text())
+    code, summary, out = cross_engine
     assert code == 0 and summary["verdict"] == "pass", summary["failures"]
-    parity = next(c for c in summary["checks"] if c["metric"] == "cross_engine_parity")
+    parity = next(c for c in summary["checks"]
+                  if (c["workload"], c["metric"]) == ("gsm8k", "cross_engine_parity"))
     assert parity["candidate"] >= 0.99 and parity["verdict"] == "pass"
     assert (summary["target"], summary["candidate"], summary["baseline"]) == \
         ("vllm~bundled", "vllm:v1", "bundled:v1")
@@ -472,31 +497,15 @@ def test_a_stuck_engine_process_exits_with_the_engines_name_on_stderr():
     assert "the vllm:v1 decode engine has been in one step" in p.stderr.strip().splitlines()[-1]
 
 
-SAMPLED = """name: sampled
-workloads:
-  - id: sampled
-    workload: sampled
-    params: {limit: 8, samples_per_prompt: 2, temperature: 2.0, top_k: 64, top_p: 0.9999,
-             max_tokens: 24,
-             max_num_seqs: 8, wave_size: 8, profile_limit: 0}
-    thresholds: {latency_metrics: []}
-"""
-
-
 @needs_vllm
-def test_sampled_vllm_against_the_bundled_runner_compares_distributions(tmp_path, capsys):
+def test_sampled_vllm_against_the_bundled_runner_compares_distributions(cross_engine):
     """Seeded sampling on vLLM: each request's seed reaches vLLM's sampler (two seeds of a
     prompt can give two streams), and since vLLM's sampler is not the bundled one, equal streams
     are not promised: parity is reported, the distribution test judges (same weights, same
     temperature / top-k / top-p: it passes)."""
-    suite = tmp_path / "sampled.yaml"
-    suite.write_text(SAMPLED)
-    out = tmp_path / "s"
-    code = main(["run", str(suite), "--target", "vllm", "--candidate", "v1",
-                 "--baseline", "bundled:v1", "--out", str(out)])
-    summary = json.loads((out / "summary.json").read_text())
+    code, summary, out = cross_engine
     assert code == 0 and summary["verdict"] == "pass", summary["failures"]
-    checks = {c["metric"]: c for c in summary["checks"]}
+    checks = {c["metric"]: c for c in summary["checks"] if c["workload"] == "sampled"}
     assert checks["cross_engine_parity"]["verdict"] == "info"
     assert "samplers differ" in checks["cross_engine_parity"]["note"]
     dist = checks["sampled_distribution"]
@@ -506,7 +515,7 @@ def test_sampled_vllm_against_the_bundled_runner_compares_distributions(tmp_path
     rows = [json.loads(x) for x in (out / "tokens.jsonl").read_text().splitlines()]
     cand = {}
     for r in rows:
-        if r["side"] == "candidate":
+        if r["side"] == "candidate" and r["workload"] == "sampled":
             cand.setdefault(r["req_index"] // 2, set()).add(tuple(r["token_ids"]))
     # the seeds reach vLLM: some prompt's two seeds gave two streams (the bundled model is
     # near-greedy even at T 2, so not every prompt's do: 2 of 8 here)
