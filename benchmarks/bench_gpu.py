@@ -59,38 +59,21 @@ sys.path.insert(0, str(ROOT))
 from mrbench.runner_impl import LLM, SamplingParams  # noqa: E402
 from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR  # noqa: E402
 from mrbench.runner_impl.model import triton_base  # noqa: E402
+from mrbench.runner_impl.model.random_presets import SIDECAR, Preset, write_model  # noqa: E402
 
-LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048)
+# Llama-3.2-1B's layer shapes with a 32k vocabulary and a 2048-token context
+LLAMA_1B = Preset(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                  num_key_value_heads=8, intermediate_size=8192, vocab_size=32000,
+                  max_position_embeddings=2048, tie_word_embeddings=False, rope_theta=10000.0,
+                  init_std=0.02, dtype="bfloat16")
 
 
 # ---- models ---------------------------------------------------------------------------
-def make_random_llama(path: Path, shape: dict, seed: int = 0, std: float = 0.02) -> Path:
-    """HF-format Llama with N(0, std) weights in bf16, built on the GPU (fast) and saved."""
-    import transformers
-
-    from mrbench.runner_impl.model.char_tokenizer import BOS, EOS, char_vocab, write_char_tokenizer
-    if (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file():
+def make_random_llama(path: Path, shape: Preset, seed: int = 0) -> Path:
+    """A random Llama of `shape` in bf16, drawn on the GPU, made once and reused."""
+    if (path / SIDECAR).is_file():
         return path
-    path.mkdir(parents=True, exist_ok=True)
-    vocab = char_vocab(shape["vocab_size"])
-    cfg = transformers.LlamaConfig(**shape, tie_word_embeddings=False, bos_token_id=vocab[BOS],
-                                   eos_token_id=vocab[EOS], pad_token_id=None)
-    with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(cfg)
-    model.to(torch.bfloat16)
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, std, generator=gen)
-    model.save_pretrained(path, safe_serialization=True)
-    write_char_tokenizer(path, shape["vocab_size"], shape["max_position_embeddings"])
-    del model
-    torch.cuda.empty_cache()
-    return path
+    return write_model(path, shape, name=path.name, seed=seed, device="cuda")
 
 
 def num_params(model_dir: Path) -> int:

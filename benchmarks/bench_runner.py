@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]      # the checkout, and the test helpers
 from mrbench.runner_impl import LLM, RunnerError, SamplingParams  # noqa: E402
 from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR  # noqa: E402
-from support.tiny_llama import make_tiny_llama  # noqa: E402  (tests/support: not in the wheel)
+from support.models import tiny_llama  # noqa: E402  (tests/support: not in the wheel)
 
 
 def resolve_model(arg: str | None) -> tuple[str, str]:
@@ -34,9 +34,9 @@ def resolve_model(arg: str | None) -> tuple[str, str]:
         return arg, arg
     if (DEFAULT_MODEL_DIR / "config.json").exists():
         return str(DEFAULT_MODEL_DIR), "bundled default"
-    d = make_tiny_llama(Path(tempfile.mkdtemp()) / "bench-llama", hidden_size=256,
-                        intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
-                        num_key_value_heads=4, max_position_embeddings=1024)
+    d = tiny_llama(Path(tempfile.mkdtemp()) / "bench-llama", hidden_size=256,
+                   intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+                   num_key_value_heads=4, max_position_embeddings=1024)
     return str(d), "random-weight Llama (4 layers, hidden 256, GQA 8:4)"
 
 

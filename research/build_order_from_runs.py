@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from mrbench.contract import BadInput
-from mrbench.harness.campaigns.campaign import clean_runs_only, finished_runs
+from mrbench.harness.campaigns.read_back import clean_runs_only, finished_runs
 from mrbench.harness.checks.regate import first_waves
 from mrbench.harness.checks.stats import mean_diff_welch
 from mrbench.harness.record.results import read_manifest

@@ -107,8 +107,10 @@ def child(mode: str, model_dir: str, seconds: float) -> dict:
 
 
 def _tiny_model(where: Path) -> str:
-    from mrbench.runner_impl.model.random_llama import make_tiny_llama  # lazy: transformers
-    return str(make_tiny_llama(where))
+    """A 2-layer random Llama (hidden 64, GQA 4:2), the tests' shape."""
+    from mrbench.runner_impl.model.random_presets import Preset, write_model
+    return str(write_model(where, Preset(64, 2, 4, 2, 128, 96, 512, False, 10000.0, 0.2,
+                                         "float32"), name="probe"))
 
 
 def main(argv: list[str] | None = None) -> int:

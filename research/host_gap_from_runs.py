@@ -11,7 +11,7 @@ and the median TPOT; each as the Hodges-Lehmann estimate of the per-wave log rat
 (candidate / baseline) with its signed-rank 95 % CI (stats.hodges_lehmann_ci_signed_rank),
 the gate's own estimator. Beside them, each side's engine start: its seconds, and what it
 wrote to the kernel-compile caches (`engine_start` in the manifest since 2026-11-26,
-harness.compile_cache; "?" for older runs).
+harness.run.engines.compile_cache; "?" for older runs).
 
 It found the cold-compile bias: the side whose engine compiled its kernels at start ran
 its gap ~10 % slower for the whole run (docs/detection-power.md, "A cold compile cache").
@@ -31,7 +31,7 @@ import pandas as pd
 from mrbench.contract import BadInput
 from mrbench.harness.checks.stats import hodges_lehmann_ci_signed_rank
 from mrbench.harness.record.results import read_manifest, read_table
-from mrbench.harness.run.compile_cache import describe_start
+from mrbench.harness.run.engines.compile_cache import describe_start
 
 SIDES = ("candidate", "baseline")
 

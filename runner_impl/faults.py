@@ -1,7 +1,10 @@
 """Fault switches: each restores the pre-fix code path of one historic MRv2 regression.
 
 A switch only selects which code runs (see the `faults.active(...)` call sites, grep for
-the fault name); it never touches a metric. The harness has to discover the damage.
+the fault name); it never touches a metric. The harness has to discover the damage. The
+runner keeps its own switches (it imports nothing of the harness); the bundled target
+registers them in the harness's fault registry (harness/run/faults.py), beside the vllm
+target's and the slow-step ruler.
 """
 from __future__ import annotations
 

@@ -78,9 +78,8 @@ class SlowStep:
         whole step, host and device alike, by its full length. After `fn` it overlapped the
         device still running the forward just launched (a CUDA graph replay returns at
         once) and hid, leaving only the GPU spin, whose length rides on a clock learned
-        once: on the H200 we measure on slow-step:7.6 then moved the median step by +1.8 % to +9.3 %
-        from run to run (docs/notes/gpu-quick-gate-studies.md, "The ruler hid behind the
-        GPU")."""
+        once, so the slowdown it made moved from run to run (docs/notes/gpu-quick-gate-studies.md,
+        "The ruler hid behind the GPU")."""
         cls = step_class(key)
         base = self.base_ms.get(cls)
         added = 0.0

@@ -7,12 +7,11 @@ interrupt, another thread, another thread's hold on the GIL) can stretch steps t
 tens of milliseconds, and the wall time alone cannot tell that from a slower runner. These
 clocks can: work shows as CPU time; a neighbour as wall time without it, with the OS's
 involuntary switches when something else was given the CPU, or voluntary ones when the
-thread waited (for the device, a lock, the GIL). On the H100 we measure on they showed that its
-tenfold step bursts are no neighbour: the thread kept the CPU throughout, and the whole
-machine ran slow (docs/detection-power.md, "Bursts"; harness/measure/canary.py). A reading is
-two syscalls, 1.6 us on the 2-core CI machine (`python -m timeit -s "from
-mrbench.runner_impl.thread_clock import thread_clock" "thread_clock()"`): ~3 us a step, on
-both sides alike.
+thread waited (for the device, a lock, the GIL). They showed that tenfold step bursts on a
+GPU host are no neighbour: the thread kept the CPU throughout, and the whole machine ran
+slow (docs/detection-power.md, "Bursts"; harness/measure/canary.py). A reading is two
+syscalls, a few microseconds a step, on both sides alike (docs/performance.md, "Kernel
+tuning").
 """
 from __future__ import annotations
 

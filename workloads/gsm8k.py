@@ -28,6 +28,7 @@ from mrbench.contract import (
     data_dir,
 )
 
+from .engine_shape import batch_engine
 from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
 from .gsm8k_scoring import PROMPT, STOP, score_all
 
@@ -115,11 +116,9 @@ class GSM8K(WorkloadBase):
     Params = Params
 
     def engine_options(self, p: Params) -> EngineOptions:
-        return EngineOptions(max_num_seqs=p.max_num_seqs,
-                             max_num_batched_tokens=p.max_num_batched_tokens,
-                             num_speculative_tokens=p.num_speculative_tokens,
-                             speculative_method=p.speculative_method,
-                             pd_disagg=p.mode == "pd", state_audit=p.state_audit)
+        return batch_engine(p, num_speculative_tokens=p.num_speculative_tokens,
+                            speculative_method=p.speculative_method,
+                            pd_disagg=p.mode == "pd", state_audit=p.state_audit)
 
     def prepare(self, p: Params) -> list[Item]:
         if p.dataset is None:

@@ -38,15 +38,21 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from math import gcd
-from pathlib import Path
-from string import Formatter
 from typing import Iterable, Sequence
 
-import yaml
+from .gsm8k_templates import (
+    KIND_SLOTS,
+    NAMES,
+    PRONOUNS,
+    RELATIVES,
+    TEMPLATES,
+    Event,
+    pronoun,
+)
 
 __all__ = [
     "GenConfig", "Problem", "generate", "to_jsonl_records", "final_answer",
-    "TRAIN_SEEDS", "HELD_OUT_SEEDS", "check_split", "NAMES", "TEMPLATE_IDS", "MAX_CHARS",
+    "TRAIN_SEEDS", "HELD_OUT_SEEDS", "check_split", "MAX_CHARS",
 ]
 
 TRAIN_SEEDS: tuple[int, ...] = tuple(range(0, 1000))
@@ -62,7 +68,7 @@ OPERATIONS = ("+", "-", "*", "/")
 class GenConfig:
     """Knobs that change difficulty; validated so a bad value fails loudly, not silently.
 
-    Factors and divisors have their own small caps (mostly <= 12, see _DEFAULT_CAPS), so
+    Factors and divisors have their own small caps (mostly <= 12, see gsm8k_templates.DEFAULT_CAPS), so
     max_operand mainly bounds the numbers that are added, subtracted or started from.
     Tight combinations may be impossible (4 steps of only "/" need a stated dividend of at
     least 48, and are only found reliably with max_operand >= 100); generate() raises
@@ -102,214 +108,36 @@ class Problem:
 
 
 # ---------------------------------------------------------------------------------------
-# People. Names are plain ASCII so the char-level tokenizer never meets an unknown char.
-
-_SHE = ("Mia", "Emma", "Olivia", "Ava", "Sofia", "Isabella", "Lucy", "Grace", "Chloe",
-        "Zoe", "Hannah", "Nora", "Leah", "Maya", "Aisha", "Priya", "Mei", "Fatima", "Rosa",
-        "Nadia", "Ines", "Yuki")
-_HE = ("Liam", "Noah", "Ethan", "Lucas", "Mason", "Leo", "Omar", "Diego", "Ravi", "Kenji",
-       "Samuel", "Daniel", "Felix", "Hugo", "Arjun", "Mateo", "Jamal", "Ivan", "Tom", "Ben",
-       "Carlos", "Wei")
-_THEY = ("Alex", "Sam", "Jordan", "Riley", "Casey", "Taylor", "Morgan", "Jamie", "Avery",
-         "Robin")
-NAMES: tuple[str, ...] = _SHE + _HE + _THEY
-
-_PRONOUNS = {
-    "she": dict(He="She", he="she", His="Her", his="her", him="her",
-                s="s", es="es", has="has", does="does"),
-    "he": dict(He="He", he="he", His="His", his="his", him="him",
-               s="s", es="es", has="has", does="does"),
-    "they": dict(He="They", he="they", His="Their", his="their", him="them",
-                 s="", es="", has="have", does="do"),
-}
-_RELATIVES = ("brother", "sister", "cousin", "friend", "neighbor", "uncle", "aunt",
-              "classmate")
-
-# ---------------------------------------------------------------------------------------
-# Templates are data: data/gsm8k_templates.yaml (its header describes the format). A
-# template is a state machine over "what the running number means" (apples on hand, boxes
-# filled, dollars earned, ...). Events move between states and carry their question
-# phrasings and one answer line per arithmetic step.
-#
-# Event kinds and their arithmetic (r = running value, a/b/x/y = numbers stated in the
-# question). Starts create the first running value; the others transform it.
-#   GIVEN a            (0 steps)            S_ADD a+b    S_SUB a-b    S_MUL a*b    S_DIV a/b
-#   ADD r+x   SUB r-x   RSUB x-r   MUL r*x   DIV r/x                                (1 step)
-#   ADD_MUL  t=x*y, r+t      SUB_MUL  t=x*y, r-t                                  (2 steps)
-#   TIMES_TOTAL t=r*x, r+t   MORE_TOTAL t=r+x, r+t   FEWER_TOTAL t=r-x, r+t       (2 steps)
-_KIND_OPS: dict[str, tuple[str, ...]] = {
-    "GIVEN": (), "S_ADD": ("+",), "S_SUB": ("-",), "S_MUL": ("*",), "S_DIV": ("/",),
-    "ADD": ("+",), "SUB": ("-",), "RSUB": ("-",), "MUL": ("*",), "DIV": ("/",),
-    "ADD_MUL": ("*", "+"), "SUB_MUL": ("*", "-"),
-    "TIMES_TOTAL": ("*", "+"), "MORE_TOTAL": ("+", "+"), "FEWER_TOTAL": ("-", "+"),
-}
-# Numbers each kind states in the question, in placeholder order.
-_KIND_SLOTS: dict[str, tuple[str, ...]] = {
-    "GIVEN": ("a",), "S_ADD": ("a", "b"), "S_SUB": ("a", "b"), "S_MUL": ("a", "b"),
-    "S_DIV": ("a", "b"), "ADD": ("x",), "SUB": ("x",), "RSUB": ("x",), "MUL": ("x",),
-    "DIV": ("x",), "ADD_MUL": ("x", "y"), "SUB_MUL": ("x", "y"), "TIMES_TOTAL": ("x",),
-    "MORE_TOTAL": ("x",), "FEWER_TOTAL": ("x",),
-}
-# Default caps on stated numbers (None = max_operand). Factors and divisors stay small so
-# that the multiplications a tiny model must do are mostly 1-2 digit by 1 digit.
-_SMALL = 12
-_DEFAULT_CAPS: dict[str, tuple[int | None, ...]] = {
-    "GIVEN": (None,), "S_ADD": (None, None), "S_SUB": (None, None), "S_MUL": (_SMALL, 30),
-    "S_DIV": (None, _SMALL), "ADD": (None,), "SUB": (None,), "RSUB": (None,),
-    "MUL": (_SMALL,), "DIV": (_SMALL,), "ADD_MUL": (_SMALL, 30), "SUB_MUL": (_SMALL, 30),
-    "TIMES_TOTAL": (6,), "MORE_TOTAL": (None,), "FEWER_TOTAL": (None,),
-}
-
-
-@dataclass(frozen=True)
-class _Event:
-    kind: str
-    src: tuple[str, ...]          # states it may follow; () for a start
-    dst: str
-    q: tuple[str, ...]            # alternative question phrasings
-    a: tuple[str, ...]            # one answer line per arithmetic step
-    caps: tuple[int | None, ...]
-    fin: tuple[str, ...]          # final questions to prefer when this event is last
-
-    @property
-    def ops(self) -> tuple[str, ...]:
-        return _KIND_OPS[self.kind]
-
-    @property
-    def steps(self) -> int:
-        return len(self.ops)
-
-
-@dataclass(frozen=True)
-class _Template:
-    id: str
-    items: tuple[tuple[str, str], ...]            # (singular, plural) for {item}/{items}
-    starts: tuple[_Event, ...]
-    events: tuple[_Event, ...]
-    finals: tuple[tuple[str, tuple[str, ...]], ...]   # state -> final questions
-    slots: tuple[tuple[str, tuple[str, ...]], ...] = ()   # extra {slot} choices
-
-    def final_questions(self, state: str) -> tuple[str, ...]:
-        return dict(self.finals).get(state, ())
-
-
-_TEMPLATES_FILE = Path(__file__).parent / "data" / "gsm8k_templates.yaml"
-_START_KINDS = ("GIVEN", "S_ADD", "S_SUB", "S_MUL", "S_DIV")
-_CTX = {*_PRONOUNS["they"], "name", "friend", "rel", "item", "items", "Items", "item2", "items2"}
-
-
-def _texts(v: object, where: str, fields: set[str] | None = None) -> tuple[str, ...]:
-    """One string or a list of them; with `fields`, each may use only those placeholders."""
-    t = (v,) if isinstance(v, str) else tuple(v) if isinstance(v, list) else ()
-    if not t or not all(isinstance(s, str) and s for s in t):
-        raise ValueError(f"{where}: expected a string or a list of strings, got {v!r}")
-    for s in t if fields is not None else ():
-        if bad := {f for _, f, _, _ in Formatter().parse(s) if f is not None} - fields:
-            raise ValueError(f"{where}: unknown placeholder(s) {sorted(bad)} in {s!r}")
-    return t
-
-
-def _mapping(d: object, where: str, need: set[str], optional: set[str]) -> dict:
-    if not isinstance(d, dict) or not need <= d.keys() <= need | optional:
-        raise ValueError(f"{where}: needs keys {sorted(need)}, may have {sorted(optional)}; "
-                         f"got {d!r}")
-    return d
-
-
-def _event(d: object, where: str, start: bool, ctx: set[str]) -> _Event:
-    d = _mapping(d, where, {"kind", "dst", "q"} if start else {"kind", "src", "dst", "q"},
-                 {"a", "caps"} if start else {"a", "caps", "fin"})
-    kind = d["kind"]
-    if not isinstance(kind, str) or kind not in _KIND_OPS or (kind in _START_KINDS) != start:
-        raise ValueError(f"{where}: kind {kind!r} is not one of "
-                         f"{[k for k in _KIND_OPS if (k in _START_KINDS) == start]}")
-    nums, steps = _KIND_SLOTS[kind], len(_KIND_OPS[kind])
-    q = _texts(d["q"], f"{where}.q", ctx | set(nums))
-    if any(sorted(f for _, f, _, _ in Formatter().parse(s) if f in nums) != sorted(nums)
-           for s in q):
-        raise ValueError(f"{where}.q: each phrasing of {kind} states each of {nums} once")
-    a = _texts(d["a"], f"{where}.a", ctx | {"e", "m"}) if "a" in d else ()
-    if len(a) != steps or not isinstance(d["dst"], str):
-        raise ValueError(f"{where}: {kind} needs {steps} answer line(s) and a dst state name")
-    caps = d.get("caps", list(_DEFAULT_CAPS[kind]))
-    if not (isinstance(caps, list) and len(caps) == len(nums)
-            and all(c is None or type(c) is int and c >= 2 for c in caps)):
-        raise ValueError(f"{where}.caps: need {len(nums)} of int >= 2 or null, got {caps!r}")
-    return _Event(kind, () if start else _texts(d["src"], f"{where}.src"), d["dst"], q, a,
-                  tuple(caps), _texts(d["fin"], f"{where}.fin", ctx) if "fin" in d else ())
-
-
-def _load_templates(path: str | Path = _TEMPLATES_FILE) -> tuple[_Template, ...]:
-    """Read and check a templates file; a ValueError names the bad entry."""
-    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    entries = _mapping(doc, str(path), {"templates"}, set())["templates"]
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: 'templates' must be a non-empty list")
-    out: list[_Template] = []
-    for i, d in enumerate(entries):
-        where = f"{path}: templates[{i}]"
-        d = _mapping(d, where, {"id", "items", "starts", "events", "finals"}, {"slots"})
-        where += f" ({d['id']})"
-        slots, finals = d.get("slots", {}), d["finals"]
-        if (not isinstance(d["id"], str) or d["id"] in {t.id for t in out}
-                or not all(isinstance(d[k], list) and d[k] for k in ("items", "starts", "events"))
-                or not (isinstance(finals, dict) and finals and isinstance(slots, dict))
-                or not all(isinstance(k, str) for k in (*finals, *slots))):
-            raise ValueError(f"{where}: needs a unique id, non-empty lists items, starts and "
-                             f"events, and mappings finals (non-empty) and slots (optional)")
-        slots = {k: _texts(v, f"{where}.slots.{k}") for k, v in slots.items()}
-        ctx = _CTX | set(slots)
-        items = tuple(_texts(p, f"{where}.items") for p in d["items"])
-        if any(len(p) != 2 for p in items):
-            raise ValueError(f"{where}.items: each item is a [singular, plural] pair")
-        starts = tuple(_event(e, f"{where}.starts[{j}]", True, ctx)
-                       for j, e in enumerate(d["starts"]))
-        events = tuple(_event(e, f"{where}.events[{j}]", False, ctx)
-                       for j, e in enumerate(d["events"]))
-        reached = {e.dst for e in starts + events}
-        if odd := reached ^ ({s for e in events for s in e.src} | set(finals)):
-            raise ValueError(f"{where}: states {sorted(odd)} are never reached, or reached "
-                             f"but neither left by an event nor given a final question")
-        out.append(_Template(d["id"], items, starts, events,
-                             tuple((k, _texts(v, f"{where}.finals.{k}", ctx))
-                                   for k, v in finals.items()), tuple(slots.items())))
-    return tuple(out)
-
-
-_TEMPLATES = _load_templates()
-TEMPLATE_IDS: tuple[str, ...] = tuple(t.id for t in _TEMPLATES)
-
-# ---------------------------------------------------------------------------------------
 # Planning: which events, in which order, with exactly n steps and only allowed ops.
 
 
-def _ops_ok(ev: _Event, ops: tuple[str, ...]) -> bool:
+def _ops_ok(ev: Event, ops: tuple[str, ...]) -> bool:
     return all(op in ops for op in ev.ops)
 
 
 @lru_cache(maxsize=None)
 def _feasible(ti: int, state: str, k: int, ops: tuple[str, ...]) -> bool:
     """Can template ti, standing in `state`, finish with exactly k more steps?"""
-    t = _TEMPLATES[ti]
+    t = TEMPLATES[ti]
     if k == 0:
         return bool(t.final_questions(state))
     return any(state in e.src and _ops_ok(e, ops) and e.steps <= k
                and _feasible(ti, e.dst, k - e.steps, ops) for e in t.events)
 
 
-def _starts(ti: int, n: int, ops: tuple[str, ...]) -> list[_Event]:
-    return [s for s in _TEMPLATES[ti].starts if _ops_ok(s, ops) and s.steps <= n
+def _starts(ti: int, n: int, ops: tuple[str, ...]) -> list[Event]:
+    return [s for s in TEMPLATES[ti].starts if _ops_ok(s, ops) and s.steps <= n
             and _feasible(ti, s.dst, n - s.steps, ops)]
 
 
 @lru_cache(maxsize=None)
 def _candidates(n: int, ops: tuple[str, ...]) -> tuple[int, ...]:
-    return tuple(ti for ti in range(len(_TEMPLATES)) if _starts(ti, n, ops))
+    return tuple(ti for ti in range(len(TEMPLATES)) if _starts(ti, n, ops))
 
 
-def _plan(ti: int, n: int, ops: tuple[str, ...], rng: random.Random) -> list[_Event]:
+def _plan(ti: int, n: int, ops: tuple[str, ...], rng: random.Random) -> list[Event]:
     """A random walk through template ti using exactly n steps."""
-    t = _TEMPLATES[ti]
+    t = TEMPLATES[ti]
     plan = [rng.choice(_starts(ti, n, ops))]
     k, state = n - plan[0].steps, plan[0].dst
     while k > 0:
@@ -338,7 +166,7 @@ def _pick(rng: random.Random, lo: int, hi: int, mod: int = 1, rem: int = 0) -> i
     return first + mod * rng.randrange((hi - first) // mod + 1)
 
 
-def _sample(ev: _Event, rng: random.Random, r: int | None, need: int, hi: int,
+def _sample(ev: Event, rng: random.Random, r: int | None, need: int, hi: int,
             div: int | None, cfg: GenConfig) -> tuple[tuple[int, ...], list[_Step], int] | None:
     """Propose the stated numbers and steps of one event.
 
@@ -409,7 +237,7 @@ _GROWS = {"MUL": 2, "TIMES_TOTAL": 3}      # least factor by which an event grow
 _TRIES_PER_EVENT = 25
 
 
-def _assign(plan: list[_Event], cfg: GenConfig, rng: random.Random
+def _assign(plan: list[Event], cfg: GenConfig, rng: random.Random
             ) -> list[tuple[tuple[int, ...], list[_Step]]] | None:
     """Numbers for every event of the plan, or None (the caller redraws)."""
     # Divisors first, backwards: a DIV's input must be a multiple of its divisor times
@@ -475,15 +303,15 @@ def _expr(step: _Step, money: bool) -> str:
     return f"{e} = {'$' if money else ''}<<{e}={res}>>{res}"
 
 
-def _render(ti: int, plan: list[_Event], numbers: list[tuple[tuple[int, ...], list[_Step]]],
+def _render(ti: int, plan: list[Event], numbers: list[tuple[tuple[int, ...], list[_Step]]],
             rng: random.Random) -> tuple[str, str, int, int]:
-    t = _TEMPLATES[ti]
+    t = TEMPLATES[ti]
     i = rng.randrange(len(NAMES))
     name = NAMES[i]
-    pron = "she" if i < len(_SHE) else "he" if i < len(_SHE) + len(_HE) else "they"
+    pron = pronoun(i)
     friend = rng.choice([n for n in NAMES if n != name])
     item, item2 = rng.sample(t.items, 2) if len(t.items) > 1 else (t.items[0], t.items[0])
-    ctx = dict(_PRONOUNS[pron], name=name, friend=friend, rel=rng.choice(_RELATIVES),
+    ctx = dict(PRONOUNS[pron], name=name, friend=friend, rel=rng.choice(RELATIVES),
                item=item[0], items=item[1], Items=item[1][0].upper() + item[1][1:],
                item2=item2[0], items2=item2[1])
     for slot, choices in t.slots:
@@ -493,7 +321,7 @@ def _render(ti: int, plan: list[_Event], numbers: list[tuple[tuple[int, ...], li
     lines: list[str] = []
     used: list[str] = []
     for ev, (nums, steps) in zip(plan, numbers):
-        vals = dict(zip(_KIND_SLOTS[ev.kind], nums))
+        vals = dict(zip(KIND_SLOTS[ev.kind], nums))
         phrasing = rng.choice([q for q in ev.q if q not in used] or ev.q)   # vary repeats
         used.append(phrasing)
         sentences.append(phrasing.format(**ctx, **vals))
@@ -526,7 +354,7 @@ def _one(rng: random.Random, cfg: GenConfig, ops: tuple[str, ...], seed: int,
         if numbers is not None:
             q, a, final, steps = _render(ti, plan, numbers, rng)
             if len(q) + len(a) <= MAX_CHARS:
-                return Problem(q, a, final, steps, seed, index, _TEMPLATES[ti].id)
+                return Problem(q, a, final, steps, seed, index, TEMPLATES[ti].id)
     raise ValueError(f"could not build a {n}-step problem within {cfg}; loosen max_operand, "
                      f"max_result or operations")
 

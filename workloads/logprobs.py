@@ -37,6 +37,7 @@ from mrbench.contract import (
     WorkloadBase,
 )
 
+from .engine_shape import batch_engine
 from .gsm8k import Item
 from .gsm8k_problems import HELD_OUT_SEEDS, generate
 from .gsm8k_scoring import PROMPT, STOP
@@ -95,9 +96,7 @@ class Logprobs(WorkloadBase):
         return [(m, p.model_copy(update=dict(mode=m))) for m in dict.fromkeys(p.modes)]
 
     def engine_options(self, p: Params) -> EngineOptions:
-        return EngineOptions(max_num_seqs=p.max_num_seqs,
-                             max_num_batched_tokens=p.max_num_batched_tokens, dtype=p.dtype,
-                             logprobs_mode=MODES[p.mode or p.modes[0]])
+        return batch_engine(p, dtype=p.dtype, logprobs_mode=MODES[p.mode or p.modes[0]])
 
     def prepare(self, p: Params) -> list[Item]:
         return [Item(q.question, q.answer) for q in generate(p.seed, p.limit)]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mrbench.contract import BadInput, Driver, EngineOptions, Outcome, Session
 
+from .engine_shape import batch_engine
 from .gsm8k_problems import HELD_OUT_SEEDS
 from .prompts import GeneratedPrompts, serve_prompts
 
@@ -48,10 +49,8 @@ class Preemption(GeneratedPrompts):
     Params = Params
 
     def engine_options(self, p: Params) -> EngineOptions:
-        return EngineOptions(max_num_seqs=p.max_num_seqs,
-                             max_num_batched_tokens=p.max_num_batched_tokens,
-                             num_kv_blocks=p.num_kv_blocks, block_size=p.block_size,
-                             state_audit=True)
+        return batch_engine(p, num_kv_blocks=p.num_kv_blocks, block_size=p.block_size,
+                            state_audit=True)
 
     def check_items(self, p: Params, items: list[str], context_len: int) -> None:
         """The cache must hold one request at the full context beside vLLM's null block:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mrbench.contract import BadInput, Driver, EngineOptions, Outcome, Session, WorkloadBase
 
+from .engine_shape import batch_engine
 from .gsm8k_problems import HELD_OUT_SEEDS, check_split, generate
 from .gsm8k_scoring import PROMPT
 from .prompts import serve_prompts
@@ -68,10 +69,8 @@ class PrefixCache(WorkloadBase):
     Params = Params
 
     def engine_options(self, p: Params) -> EngineOptions:
-        return EngineOptions(max_num_seqs=p.max_num_seqs,
-                             max_num_batched_tokens=p.max_num_batched_tokens,
-                             block_size=p.block_size, enable_prefix_caching=True,
-                             state_audit=True)
+        return batch_engine(p, block_size=p.block_size, enable_prefix_caching=True,
+                            state_audit=True)
 
     def prepare(self, p: Params) -> list[str]:
         return few_shot_prompts(p)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from mrbench.contract import Batch, Driver, EngineOptions, Outcome, Sampling, Session, WorkloadBase
 
+from .engine_shape import batch_engine
 from .gsm8k import GSM8K, Item
 from .gsm8k_problems import HELD_OUT_SEEDS, generate
 from .gsm8k_scoring import PROMPT, STOP
@@ -123,9 +124,7 @@ class Sampled(WorkloadBase):
                 for name in dict.fromkeys(p.sets)]
 
     def engine_options(self, p: Params) -> EngineOptions:
-        return EngineOptions(max_num_seqs=p.max_num_seqs,
-                             max_num_batched_tokens=p.max_num_batched_tokens,
-                             state_audit=True)
+        return batch_engine(p, state_audit=True)
 
     def prepare(self, p: Params) -> list[Item]:
         return [Item(q.question, q.answer) for q in generate(p.seed, p.limit)]

@@ -31,6 +31,7 @@ from mrbench.contract import (
 )
 
 from . import traces
+from .engine_shape import batch_engine
 
 RESERVED_IDS = 3          # keep clear of the bundled tokenizer's special ids (pad, bos, eos)
 
@@ -58,9 +59,7 @@ class TraceReplay(WorkloadBase):
     Params = Params
 
     def engine_options(self, p: Params) -> EngineOptions:
-        return EngineOptions(max_num_seqs=p.max_num_seqs,
-                             max_num_batched_tokens=p.max_num_batched_tokens,
-                             pd_disagg=p.mode == "pd", state_audit=True)
+        return batch_engine(p, pd_disagg=p.mode == "pd", state_audit=True)
 
     def prepare(self, p: Params) -> list[traces.TraceRequest]:
         reqs = traces.load_trace(p.trace, limit=p.limit)

@@ -111,10 +111,3 @@ def history_checks(checks: list[Check], like: dict, db: Path,
             **kind))
     return out
 
-
-def ratio_checks(checks: list[dict], like: dict, db: Path,
-                 thresholds_for: Callable[[str], Thresholds]) -> list[dict]:
-    """`history_checks` on checks held as summary.json's dicts, returning dicts: the form
-    the history's own tools and tests keep them in."""
-    return [c.to_dict() for c in history_checks([Check.model_validate(c) for c in checks],
-                                                like, db, thresholds_for)]

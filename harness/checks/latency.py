@@ -35,7 +35,7 @@ def _effective_n(side: SideResult, table: str, samples: np.ndarray) -> int:
     """Independent samples behind a latency column. The requests of one batch step all get
     their token at the same moment, so their ITLs are one sample, not batch-size many: ITL
     counts at most one sample per timed step. An imported vllm bench run has no step table;
-    its importer records a lower bound on the steps instead (harness/run/bench_import.py)."""
+    its importer records a lower bound on the steps instead (harness/commands/vllm_bench.py)."""
     if table != "itl":
         return len(samples)
     steps = len(side.steps) or int(side.resolved.get("itl_independent_samples") or 0)
@@ -174,11 +174,9 @@ def undisturbed_waves(base: SideResult, cand: SideResult, waves: list[int], alph
 
     The guard tests at GUARD_SHARE x `alpha` (0.01 at the suites' 0.05), not at `alpha`:
     on a machine with bursts every firing by chance puts the bursts back on one side, so
-    the guard's own level adds to the gate's false alarms. An H100 A/A run had the
-    candidate disturbed in 12 waves and the baseline in 4 (p = 0.038): at 0.05 the guard
-    kept every wave and the P99 step read +5.6 % (a false alarm), on the 80 undisturbed
-    waves +1.1 %. A storm the candidate causes is lopsided far beyond that: 8 waves of 24
-    against none is p = 0.004."""
+    the guard's own level adds to the gate's false alarms, while a storm the candidate
+    causes is lopsided far beyond it (the A/A run that set the level:
+    docs/detection-power.md, "Bursts")."""
     mb, mc = _disturbed(base), _disturbed(cand)
     if mb is None and mc is None:
         return waves, ""

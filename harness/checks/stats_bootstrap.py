@@ -1,5 +1,5 @@
-"""Bootstrap confidence intervals of percentiles: one sample, two samples (difference and
-ratio), and the wave bootstrap that resamples whole ABBA waves.
+"""Bootstrap confidence intervals of a percentile's relative change: two independent samples,
+and the wave bootstrap that resamples whole ABBA waves.
 
 Why apart from stats.py: the bootstraps are the gate's fallback where a rank test has too
 few waves, and the largest family; stats.py keeps the closed-form and rank methods. The
@@ -58,43 +58,6 @@ def _percentile_interval(reps: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def percentile_ci_bootstrap(
-    samples: ArrayLike, q: float, level: float = 0.95, n_boot: int = 2000, seed: int = 0
-) -> Interval:
-    """Percentile-bootstrap CI for the q-th percentile.
-
-    For when the order-statistic interval is not what you want (e.g. to match the bootstrap
-    difference CIs); note it under-covers extreme percentiles of small samples.
-    """
-    qf = _check_q(q)
-    lf = _check_level(level)
-    nb = _check_n_boot(n_boot)
-    x = _as_1d_float(samples)
-    method = "percentile-bootstrap"
-    if x.size == 0:
-        return Interval(_NAN, _NAN, _NAN, lf, method)
-    rng = np.random.default_rng(seed)
-    lo, hi = _percentile_interval(_bootstrap_percentiles(x, qf, nb, rng), lf)
-    return Interval(float(np.percentile(x, qf)), lo, hi, lf, method)
-
-
-def diff_percentile_ci_bootstrap(
-    base: ArrayLike,
-    cand: ArrayLike,
-    q: float,
-    level: float = 0.95,
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> Interval:
-    """Percentile-bootstrap CI for percentile(cand, q) - percentile(base, q).
-
-    Groups are resampled independently (unpaired): latencies of two runs are not matched
-    request-by-request. An interval excluding 0 is the harness's "it moved" signal.
-    """
-    return _two_group_bootstrap(base, cand, q, level, n_boot, seed, np.subtract,
-                                "percentile-bootstrap (unpaired difference)")
-
-
 def _relative_change(cand_p: np.ndarray | float, base_p: np.ndarray | float) -> np.ndarray:
     """cand/base - 1, with base == 0 giving +-inf (cand != 0) or NaN (cand == 0, undefined)."""
     c = np.asarray(cand_p, dtype=float)
@@ -123,8 +86,18 @@ def ratio_percentile_ci_bootstrap(
     +-inf when the candidate's is non-zero, NaN when both are zero; NaN replicates are
     dropped and infinite ones widen the interval to inf.
     """
-    return _two_group_bootstrap(base, cand, q, level, n_boot, seed, _relative_change,
-                                "percentile-bootstrap (unpaired relative change)")
+    qf, lf, nb = _check_q(q), _check_level(level), _check_n_boot(n_boot)
+    method = "percentile-bootstrap (unpaired relative change)"
+    xb = _as_1d_float(base, "base")
+    xc = _as_1d_float(cand, "cand")
+    if xb.size == 0 or xc.size == 0:
+        return Interval(_NAN, _NAN, _NAN, lf, method)
+    rng = np.random.default_rng(seed)
+    cand_reps = _bootstrap_percentiles(xc, qf, nb, rng)   # cand first: same draws as before
+    base_reps = _bootstrap_percentiles(xb, qf, nb, rng)
+    lo, hi = _percentile_interval(_relative_change(cand_reps, base_reps), lf)
+    est = float(_relative_change(np.percentile(xc, qf), np.percentile(xb, qf)))
+    return Interval(est, lo, hi, lf, method)
 
 
 def ratio_percentile_ci_wave_bootstrap(
@@ -138,7 +111,8 @@ def ratio_percentile_ci_wave_bootstrap(
     """Cluster-bootstrap CI for percentile(cand)/percentile(base) - 1 over paired waves.
 
     Why not resample requests: the requests of one ABBA wave share that wave's machine state
-    (on the H100 a wave's speed moves by 15-20 % as a whole), so they are not independent
+    (a host-bound wave's speed moves as a whole: docs/detection-power.md, "Noise anatomy"),
+    so they are not independent
     and a request bootstrap gives intervals far too narrow. Here whole waves are the unit:
     each replicate draws wave indices with replacement, the same indices for both sides (the
     pairing keeps the blocking), pools each side's samples from those waves and takes the
@@ -166,21 +140,3 @@ def ratio_percentile_ci_wave_bootstrap(
     est = float(_relative_change(np.percentile(np.concatenate(xc), qf),
                                  np.percentile(np.concatenate(xb), qf)))
     return Interval(est, lo, hi, lf, method)
-
-
-def _two_group_bootstrap(base: ArrayLike, cand: ArrayLike, q: float, level: float, n_boot: int,
-                         seed: int, contrast, method: str) -> Interval:
-    """Resample each group independently; CI of contrast(cand percentile, base percentile)."""
-    qf, lf, nb = _check_q(q), _check_level(level), _check_n_boot(n_boot)
-    xb = _as_1d_float(base, "base")
-    xc = _as_1d_float(cand, "cand")
-    if xb.size == 0 or xc.size == 0:
-        return Interval(_NAN, _NAN, _NAN, lf, method)
-    rng = np.random.default_rng(seed)
-    cand_reps = _bootstrap_percentiles(xc, qf, nb, rng)   # cand first: same draws as before
-    base_reps = _bootstrap_percentiles(xb, qf, nb, rng)
-    lo, hi = _percentile_interval(contrast(cand_reps, base_reps), lf)
-    est = float(contrast(np.percentile(xc, qf), np.percentile(xb, qf)))
-    return Interval(est, lo, hi, lf, method)
-
-

@@ -6,28 +6,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from mrbench.contract import BadInput
-from mrbench.workloads import workloads as known_workloads
 
 from ..measure import canary
 from ..measure.affinity import pin_cpus
-from ..record.campaign_record import CampaignResult, write_result
+from ..record.campaign_record import CampaignResult
 from ..record.errors import ReportNotWritten
 from ..record.metrics import checked_percentiles
-from ..record.results import check_out
 from ..record.run_record import RunSummary, Verdict
-from ..record.study_record import Calibration, PowerStudy
-from ..record.suite import Suite, load_suite, shipped_suites, single_workload_suite
-from ..run import builds, engine_args, models
+from ..record.suite import Suite, named_suite
+from ..run import engine_args, models
+from ..run.engines.preload import start_method
 from ..run.orchestrate import Isolation, Overrides
-from ..run.preload import start_method
-from ..run.targets.base import TARGETS, SideSpec
-from ..run.targets.vllm_args import PD_GPUS_ENV, parse_pd_gpus
+from ..run.targets.base import SideSpec, side_from_text
+from ..run.targets.vllm.environment import parse_pd_gpus
 from ..show.failure_hints import hint_for
 from ..show.formatting import fmt_num, fmt_p
 
@@ -110,42 +104,17 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
     p.add_argument("--json", action="store_true", help="print the JSON result instead of a table")
 
 
-def side_spec(value: str, target: str, device: str, model: str | None,
-              faults: tuple[str, ...], seed: int) -> SideSpec:
-    """A side from RUNNER, TARGET:RUNNER or TARGET@BUILD:RUNNER (a side named without a
-    target gets `target`); BUILD is the side's own environment (harness.builds)."""
-    t, _, runner = value.rpartition(":")
-    t, at, build = t.partition("@")
-    t = t or target
-    if t not in TARGETS:
-        raise BadInput(f"unknown target {t!r} in {value!r}; known: {', '.join(sorted(TARGETS))}")
-    if not runner:
-        raise BadInput(f"runner {value!r} names no runner (e.g. v2, vllm:v1)")
-    if at and not build:
-        raise BadInput(f"{value!r} names no build after '@' (e.g. vllm@/venvs/main:v2)")
-    if build:
-        build = builds.resolve(build).path
-    return SideSpec(runner=runner, device=device, model=model, faults=faults, seed=seed,
-                    target=t, build=build or None)
-
-
 def isolation_of(a: argparse.Namespace) -> Isolation:
-    """The engine isolation settings of --in-process, --timeout, --gpu-memory-utilization
-    (and --vllm-sync-check, which the vllm target reads from the environment). --pin-cpus
-    takes effect here, on this process, before any engine process is spawned: they inherit
-    it. --canary-cpu starts its canary here, before the pin."""
+    """The engine isolation settings of --in-process, --timeout, --gpu-memory-utilization,
+    and the vllm target's --vllm-sync-check and --pd-gpus (the run stamps them on both
+    sides). --pin-cpus takes effect here, on this process, before any engine process is
+    spawned: they inherit it. --canary-cpu starts its canary here, before the pin."""
     start_method(a.device)             # MRBENCH_ENGINE_START: a bad value is bad input
     if a.canary_cpu is not None:       # first: it needs a CPU outside the engines' pin
         canary.start(a.canary_cpu, a.pin_cpus)
     if a.pin_cpus:
         pin_cpus(a.pin_cpus)
-    if a.vllm_sync_check:             # read by the vllm target in each engine process
-        os.environ["MRBENCH_VLLM_SYNC_CHECK"] = a.vllm_sync_check
-    if getattr(a, "pd_gpus", None):   # the same: where a PD pair's runners go
-        parse_pd_gpus(a.pd_gpus)
-        os.environ[PD_GPUS_ENV] = a.pd_gpus
-    else:                             # not left over from an earlier main() in this process
-        os.environ.pop(PD_GPUS_ENV, None)
+    pd_gpus = parse_pd_gpus(a.pd_gpus) if getattr(a, "pd_gpus", None) else None
     if a.timeout is not None and not a.timeout > 0:
         raise BadInput(f"--timeout must be > 0 seconds, got {a.timeout}")
     gmu = a.gpu_memory_utilization
@@ -158,92 +127,8 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
                      gpu_memory_utilization=gmu if gmu is not None
                      else Isolation.gpu_memory_utilization,
                      build_first=a.build_first or Isolation.build_first,
-                     cold_engines=a.cold_engines or Isolation.cold_engines)
-
-
-def from_runs_options(p: argparse.ArgumentParser, result: str) -> None:
-    """The options of a campaign command (calibrate, power) that read finished runs back
-    instead of running: a campaign cut off, or run in pieces over several time-limited GPU jobs."""
-    p.add_argument("--from-runs", nargs="+", type=Path, metavar="DIR",
-                   help="run nothing: judge the finished runs under these directories (also "
-                        "inside a campaign's hidden .NAME.* directory) as the campaign would; "
-                        "SUITE names what they ran (its bars); writes only with --out "
-                        f"({result} and report.html)")
-    p.add_argument("--waves", type=int, metavar="N",
-                   help="with --from-runs: judge each run on its first N waves alone")
-
-
-def check_from_runs(a: argparse.Namespace, run_only: dict[str, object]) -> None:
-    """BadInput (one line) for options that do not go with --from-runs or without it:
-    `run_only` maps the campaign's own flags (e.g. -n) to their values, None when not given
-    (reading runs back runs none, so a count given there would be ignored without a word).
-    An --out that could not be filled is refused here too, before any run is read."""
-    if a.from_runs is None:
-        if a.waves is not None:
-            raise BadInput("--waves goes with --from-runs (it re-judges finished runs)")
-        return
-    given = [flag for flag, value in run_only.items() if value is not None]
-    if given:
-        raise BadInput(f"{given[0]} runs a campaign; --from-runs reads finished runs back "
-                       f"and runs none: give one or the other")
-    if a.out is not None:
-        check_out(a.out)
-
-
-def write_campaign_result(out: Path, kind: str, res: Calibration | PowerStudy) -> Path:
-    """A campaign's result directory from a result read back from runs (campaign.read_back):
-    its file (calibration.json or power.json, campaign_record.write_result) and
-    report.html, as a campaign writes them, and for a power study each figure as a PNG
-    beside them (for docs). Written in a hidden directory beside `out` and renamed into
-    place only when whole, so a failure leaves nothing half-written; `out` must be missing
-    or empty (check_out)."""
-    check_out(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write_result(tmp, res)
-        render_campaign_reports(tmp, kind, res)
-        if isinstance(res, PowerStudy):
-            _save_power_figures(tmp, res)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def _save_power_figures(out: Path, res: PowerStudy) -> None:
-    """Each figure of a power study's report as `out`/NAME.png (power-curve, estimates)."""
-    import matplotlib.pyplot as plt  # lazy, as render_campaign_reports
-
-    from ..show.campaign_report import power_figures
-    from ..show.html import DPI
-    for name, fig in power_figures(res).items():
-        fig.savefig(out / f"{name}.png", dpi=DPI, bbox_inches="tight")
-        plt.close(fig)
-
-
-def named_suite(what: list[str]) -> Suite:
-    """The suite the positional names make: shipped suites, YAML paths, workload names;
-    several are joined."""
-    suites = []
-    for w in what:
-        if w in known_workloads() and w not in shipped_suites():
-            suites.append(single_workload_suite(w))
-        else:
-            suites.append(load_suite(w))
-    if len(suites) == 1:
-        suite = suites[0]
-    else:
-        entries = [e for s in suites for e in s.workloads]
-        ids = [e.id for e in entries]
-        if len(set(ids)) != len(ids):
-            raise BadInput(f"workload ids repeat across {what}; run them separately")
-        suite = Suite(name="+".join(s.name for s in suites), thresholds=suites[0].thresholds,
-                      percentiles=suites[0].percentiles, workloads=entries)
-    return suite
+                     cold_engines=a.cold_engines or Isolation.cold_engines,
+                     vllm_sync_check=a.vllm_sync_check or None, pd_gpus=pd_gpus)
 
 
 def percentiles_option(p: argparse.ArgumentParser, default: str) -> None:
@@ -272,14 +157,14 @@ def percentiles_of(text: str | None) -> tuple[float, ...] | None:
 
 def suite_and_sides(a: argparse.Namespace, faults: tuple[str, ...] = ()
                     ) -> tuple[Suite, SideSpec, SideSpec, Overrides]:
-    """The suite the positional names make (named_suite), the baseline and candidate
+    """The suite the positional names make (suite.named_suite), the baseline and candidate
     sides, and the CLI overrides."""
     suite = named_suite(a.what)
     if a.limit is not None and a.limit < 1:
         raise BadInput(f"--limit must be >= 1, got {a.limit}")
     seed = 0 if a.seed is None else a.seed
-    base = side_spec(a.baseline, a.target, a.device, a.model, (), seed)
-    cand = side_spec(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
+    base = side_from_text(a.baseline, a.target, a.device, a.model, (), seed)
+    cand = side_from_text(a.candidate or a.baseline, a.target, a.device, a.model, faults, seed)
     model = models.resolve(a.model, {base.target, cand.target}, a.device)
     if model != a.model:
         base, cand = (dataclasses.replace(s, model=model) for s in (base, cand))

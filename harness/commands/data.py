@@ -39,6 +39,21 @@ from ..record.suite import load_suite, shipped_suites
 FETCH_TIMEOUT_S = 60
 
 
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench data` and its subcommand (fetch)."""
+    d = sub.add_parser("data", help="the data files each suite reads, where they were found "
+                                    "and where they come from; `data fetch` downloads them")
+    d.add_argument("--json", action="store_true")
+    dsub = d.add_subparsers(dest="data_cmd", parser_class=type(d))
+    df = dsub.add_parser("fetch", help="download the full data sets (needs a network)")
+    df.add_argument("files", nargs="*", metavar="FILE",
+                    help="data files to fetch, as `mrbench data` names them (default: all)")
+    df.add_argument("--dest", type=Path,
+                    help="folder to write (default $MRBENCH_DATA_DIR, else ~/.cache/mrbench/"
+                         "data, where runs look for it)")
+    return d
+
+
 class NotTheFile(Exception):
     """A download that arrived but is not the expected file (a proxy's page, a moved file)."""
 

@@ -4,12 +4,32 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..campaigns.campaign import fault_matrix
+from ..campaigns.faults import fault_matrix
+from ..record.campaign_record import FaultStatus
 from ..record.errors import EXIT_PASS, EXIT_REGRESSION, EXIT_RUN_FAILED
 from ..record.results import default_out
-from ..record.campaign_record import FaultStatus
+from ..run import faults as fault_registry
 from ..run.targets.base import get_target
-from .common import isolation_of, print_campaign_json, render_campaign_reports, suite_and_sides
+from .common import (
+    isolation_of,
+    print_campaign_json,
+    render_campaign_reports,
+    run_options,
+    suite_and_sides,
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench faults`: run's options (common.run_options) and its own two."""
+    f = sub.add_parser("faults", help="the catch matrix: the suite clean, then once per fault")
+    f.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD")
+    run_options(f)
+    f.add_argument("--fault", action="append", default=[], metavar="NAME",
+                   help="only these faults (repeatable; default: every fault of the target)")
+    f.add_argument("--ruler", action="append", default=[], metavar="slow-step:PCT",
+                   help="also a latency ruler: PCT %% of the forward's time added to every "
+                        "V2 step (bundled target); it must be caught like a fault")
+    return f
 
 
 def main(a: argparse.Namespace) -> int:
@@ -18,7 +38,8 @@ def main(a: argparse.Namespace) -> int:
     info = target.info()
     # a fault with nothing to catch on the installed release runs only when named
     not_run = {} if a.fault else dict(info.get("inert", {}))
-    faults = (a.fault or [f for f in info.get("faults", []) if f not in not_run]) + a.ruler
+    catch = fault_registry.catch_matrix(fault_registry.owner(target))
+    faults = (a.fault or [f for f in catch if f not in not_run]) + a.ruler
     for f in faults:           # the target's own check: its faults, and rulers like slow-step
         target.validate(replace(cand, faults=(f,)))
     out = a.out or default_out(f"faults-{suite.name}")

@@ -24,6 +24,33 @@ REPORT_EXIT_CODES = ("exit codes: 0 no group's newest run starts or confirms a c
                      "bad vLLM commit, or mrbench's for the bundled runner); 2 bad input")
 
 
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench history` and its subcommands (add, report, list)."""
+    h = sub.add_parser("history", help="result history (SQLite) and trend reports")
+    hsub = h.add_subparsers(dest="history_cmd", required=True, parser_class=type(h))
+    ha = hsub.add_parser("add", help="append runs to the history (creates the database)")
+    ha.add_argument("runs", nargs="+", type=Path)
+    hr = hsub.add_parser("report", help="trend report with change points, one HTML file; "
+                         "exit 1 when the newest run starts a change point",
+                         description="Trend report with change points, one HTML file; "
+                         "each change names its first bad vLLM commit and the last good one.",
+                         epilog=REPORT_EXIT_CODES)
+    hr.add_argument("--gate-run", type=Path, action="append", metavar="RUN",
+                    help="exit 1 only for changes in the groups of these runs (repeatable; "
+                         "the runs a job just added); default: every group")
+    hr.add_argument("--out", type=Path, help="HTML file (default: history.html beside the db)")
+    hr.add_argument("--latency-min-rel", type=float, default=0.20,
+                    help="smallest latency/throughput step to mark (default 0.20)")
+    hr.add_argument("--absolute-latency", action="store_true",
+                    help="judge latency on the candidate's own figures, not the per-run "
+                         "candidate/baseline ratio (for a stable, dedicated host)")
+    hr.add_argument("--json", action="store_true", help="print the change points as JSON")
+    hl = hsub.add_parser("list", help="the runs in the history")
+    for x in (ha, hr, hl):
+        x.add_argument("--db", type=Path, help="database (default results/history.sqlite)")
+    return h
+
+
 def add(a: argparse.Namespace) -> int:
     db = a.db or history.DEFAULT_DB
     n = history.add(db, a.runs)

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..record.errors import EXIT_PASS
 from ..record.results import default_out, read_summary
-from ..run.bench_import import import_bench
 from .common import render_run
+from .vllm_bench import import_bench
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench import-bench` and its options."""
+    ib = sub.add_parser("import-bench", help="vllm bench serve/latency JSON -> a results "
+                        "directory (for compare, report, history)")
+    ib.add_argument("files", nargs="+", type=Path, metavar="FILE.json",
+                    help="one or more result files of one setup (pooled)")
+    ib.add_argument("--out", type=Path, help="results directory (default results/<time>-...)")
+    ib.add_argument("--side", default="candidate", choices=["candidate", "baseline"],
+                    help="the side the data is stored as (default candidate, what compare reads)")
+    ib.add_argument("--label", help="name of the run (default: vLLM's label, else file name)")
+    ib.add_argument("--json", action="store_true")
+    return ib
 
 
 def main(a: argparse.Namespace) -> int:

@@ -5,13 +5,20 @@ import argparse
 import json
 from dataclasses import asdict
 
-from mrbench.runner_impl import COVERAGE_FAULTS, FAULTS
 from mrbench.workloads import workloads
 
 from ..record.errors import EXIT_PASS
 from ..record.suite import load_suite, shipped_suites
 from ..run.targets.base import TARGETS
-from ..run.targets.vllm_faults import FAULTS as VLLM_FAULTS
+from ..run.targets.bundled.runner_parts import COVERAGE_FAULTS, FAULTS
+from ..run.targets.vllm.faults import FAULTS as VLLM_FAULTS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench list` and its options."""
+    ls = sub.add_parser("list", help="workloads, suites, targets and faults")
+    ls.add_argument("--json", action="store_true")
+    return ls
 
 
 def main(a: argparse.Namespace) -> int:

@@ -12,11 +12,14 @@ import sys
 from pathlib import Path
 
 from mrbench.contract import BadInput
-from mrbench.runner_impl.model import random_presets
+
+from ..run.targets.bundled.runner_parts import random_presets
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """`model` and its subcommands (`make`)."""
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench model` and its subcommands (`make`)."""
+    p = commands.add_parser("model", help="random-weight models at real shapes "
+                                          "(`model make --preset llama-8b`)")
     sub = p.add_subparsers(dest="model_cmd", required=True, parser_class=type(p))
     mk = sub.add_parser("make", help="write a random-weight Llama (config, sharded "
                                      "safetensors, a tokenizer vLLM loads) to a new folder")
@@ -31,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="where the weights are drawn (cuda: the GPU draws them; default cpu)")
     mk.add_argument("--dtype", choices=list(random_presets.DTYPES), default=None,
                     help="weights' dtype (default: float32 for tiny, bfloat16 otherwise)")
+    return p
 
 
 def main(a: argparse.Namespace) -> int:

@@ -9,34 +9,37 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 
-from ..campaigns.campaign import power, read_back_power
+from ..campaigns.power import power
+from ..campaigns.read_back import read_back_power
 from ..record.errors import EXIT_PASS, EXIT_RUN_FAILED
 from ..record.results import default_out
 from ..record.study_record import PowerStudy
 from ..run.targets.base import get_target
 from ..show.formatting import fmt_exceedance, fmt_heterogeneity, fmt_realized
-from .common import (
-    check_from_runs,
-    from_runs_options,
-    isolation_of,
-    named_suite,
-    print_campaign_json,
-    render_campaign_reports,
-    suite_and_sides,
-    write_campaign_result,
-)
+from . import studies
+from .common import isolation_of, render_campaign_reports, suite_and_sides
 
 DEFAULT_RUNS = 5
 DEFAULT_PCTS = "10,25,50"
 
 
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench power` and its options; the ruler lives in V2, so A/A on V2 by default."""
+    pw = studies.add_study_parser(
+        sub, "power", "detection power: the suite clean and with slow-step:PCT on the "
+        "candidate, N runs each; the minimum detectable slowdown per latency check",
+        "runs per setting (default 5)", baseline_default="v2")
+    pw.add_argument("--pcts", default=None,
+                    help="slow-step sizes, %% of the measured engine step (default 10,25,50)")
+    studies.from_runs_options(pw, "power.json")
+    return pw
+
+
 def main(a: argparse.Namespace) -> int:
-    check_from_runs(a, {"-n": a.n, "--pcts": a.pcts})
-    if a.from_runs is not None:
-        return from_runs(a)
-    n = DEFAULT_RUNS if a.n is None else a.n
-    if n < 1:
-        raise BadInput(f"-n must be >= 1, got {n}")
+    studies.check_from_runs(a, {"-n": a.n, "--pcts": a.pcts})
+    if a.from_runs is not None:     # a study time-limited jobs cut off or ran in pieces
+        return _finish(a, *studies.read_back(a, "power", read_back_power))
+    n = studies.runs_count(a, DEFAULT_RUNS)
     text = DEFAULT_PCTS if a.pcts is None else a.pcts
     try:
         pcts = sorted({float(x) for x in text.split(",") if x.strip()})
@@ -53,28 +56,9 @@ def main(a: argparse.Namespace) -> int:
     return _finish(a, res, path)
 
 
-def add_from_runs_options(p: argparse.ArgumentParser) -> None:
-    """power's --from-runs and --waves (common.from_runs_options)."""
-    from_runs_options(p, "power.json")
-
-
-def from_runs(a: argparse.Namespace) -> int:
-    """The study's result from the finished clean and ruler runs under --from-runs
-    (nothing runs; the sizes are those the runs carried): printed, and with --out written
-    as the command writes it, with each figure as a PNG beside report.html."""
-    res = read_back_power(a.from_runs, named_suite(a.what), a.waves)
-    path = None if a.out is None else write_campaign_result(a.out, "power", res)
-    return _finish(a, res, path)
-
-
 def _finish(a: argparse.Namespace, res: PowerStudy, path: Path | None) -> int:
     """Print the result (table or --json) and give the exit code: 3 when a run erred."""
-    if a.json:
-        print_campaign_json(res)
-    else:
-        print_power(res)
-        if path is not None:
-            print(f"results: {path}")
+    studies.print_study(a, res, path, print_power)
     return EXIT_RUN_FAILED if res.errors else EXIT_PASS
 
 

@@ -4,11 +4,24 @@ latency figure of a run's report gets a sparkline over the comparable runs in th
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..record.errors import EXIT_PASS
 from ..record.results import read_record
 from ..show.markdown import faults_markdown, run_markdown
 from .common import render_run
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench report` and its options."""
+    rep = sub.add_parser("report", help="(re)render report.html of results directories")
+    rep.add_argument("runs", nargs="+", type=Path)
+    rep.add_argument("--markdown", action="store_true",
+                     help="print the verdict table (or a faults matrix) as Markdown instead")
+    rep.add_argument("--history", type=Path, metavar="DB",
+                     help="history database: a sparkline of each gated latency figure over "
+                          "the newest comparable runs in it")
+    return rep
 
 
 def main(a: argparse.Namespace) -> int:

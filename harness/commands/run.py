@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from mrbench.contract import BadInput
 
@@ -15,10 +16,34 @@ from ..show.junit import write_junit
 from .common import (
     isolation_of,
     percentiles_of,
+    percentiles_option,
     print_summary,
+    run_options,
     suite_and_sides,
     try_render_run,
 )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench run` and its options."""
+    r = sub.add_parser("run", help="run suites or workloads on baseline and candidate")
+    r.add_argument("what", nargs="*", default=["quick"], metavar="SUITE|WORKLOAD",
+                   help="shipped suite name, suite YAML path, or workload name (default quick)")
+    run_options(r)
+    r.add_argument("--fault", action="append", default=[], metavar="NAME",
+                   help="fault switch for the candidate (repeatable)")
+    r.add_argument("--save-reference", action="store_true",
+                   help="store both sides' op/alloc counts as the reference for this build")
+    r.add_argument("--history", type=Path, metavar="DB",
+                   help="also judge each latency ratio (candidate/baseline) against the "
+                        "earlier clean passing comparable runs' in this history database "
+                        "(V2 against V1 over time; 'not measured' until it holds 3)")
+    percentiles_option(r, "the suite's `percentiles`, else 90,99")
+    r.add_argument("--junit-xml", type=Path, metavar="FILE",
+                   help="also write the checks as JUnit XML, one test case per check "
+                        "(regressions fail with their figures; not gated or not measured: "
+                        "skipped), for CI systems' test reports")
+    return r
 
 
 def main(a: argparse.Namespace) -> int:

@@ -21,10 +21,16 @@ def schema_text(which: str) -> str:
     return json.dumps(json_schema(which), indent=2) + "\n"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench schema` and its argument."""
+    p = sub.add_parser("schema", help="the JSON Schema of a result file: a run's "
+                                      "summary.json or manifest.json, a campaign's "
+                                      "faults.json, calibration.json or power.json "
+                                      "(docs/schema/ holds them)")
     p.add_argument("which", choices=sorted(SCHEMAS),
                    help="summary (summary.json), manifest (manifest.json), faults "
                         "(faults.json), calibration (calibration.json) or power (power.json)")
+    return p
 
 
 def main(a: argparse.Namespace) -> int:

@@ -4,13 +4,35 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from mrbench.contract import BadInput
-from mrbench.runner_impl import KNOWN_FAULTS, RunnerError
 from mrbench.workloads import HELD_OUT_SEEDS, STOP, gsm8k_prompts
 
 from ..record import steptrace
 from ..record.errors import EXIT_PASS, EXIT_REGRESSION
+from ..run.targets.bundled.runner_parts import KNOWN_FAULTS, RunnerError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrbench steps` and its subcommands (record, replay)."""
+    st = sub.add_parser("steps", help="record a scheduler-step trace, or replay one on a runner")
+    ssub = st.add_subparsers(dest="steps_cmd", required=True, parser_class=type(st))
+    rec = ssub.add_parser("record", help="run GSM8K prompts on one runner, write the step trace")
+    rec.add_argument("--out", type=Path, required=True, help="trace file (JSONL)")
+    rec.add_argument("--runner", default="v1")
+    rec.add_argument("--mode", choices=["pd", "colocated"], default="pd")
+    rec.add_argument("--limit", type=int, default=16)
+    rec.add_argument("--seed", type=int, default=None, help="problem-generator seed")
+    rec.add_argument("--max-num-seqs", type=int, default=4)
+    rec.add_argument("--model")
+    rep = ssub.add_parser("replay", help="feed a step trace to a runner; first divergent step")
+    rep.add_argument("trace", type=Path)
+    rep.add_argument("--runner", default="v2")
+    rep.add_argument("--fault", action="append", default=[], metavar="NAME")
+    rep.add_argument("--model")
+    rep.add_argument("--json", action="store_true")
+    return st
 
 
 def _check_runner(runner: str) -> None:

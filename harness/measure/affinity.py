@@ -1,16 +1,14 @@
 """`--pin-cpus`: every mrbench process (the harness and the engines it spawns) on a fixed set
 of CPUs.
 
-Why: on a GPU machine the bundled runner's decode step is host-bound (about 0.5 ms of Python
-per step on the H100, GPU busy 10-30 %), so its time is the speed of whichever CPU the
-engine's thread runs on. On the H100 we measure on (a KVM guest, 16 vCPUs) that speed moved by
-15-20 % from one ABBA wave to the next even though the GPU held 1980 MHz throughout: the
-per-wave log ratio of two identical runners had a standard deviation of 0.17-0.21. The
-sides alternate, so they never compete for a CPU; pinned together they also see the same
-CPU, and the spread fell to 0.125-0.14 on one CPU (docs/detection-power.md, "Noise
-anatomy"). Two CPUs did not help (0.21: the process still moves between them), so one is
-the recommendation for the bundled target on a GPU. On CPU runs the engines compute on
-these CPUs: pinning them to few CPUs slows them down.
+Why: on a GPU machine the bundled runner's decode step is host-bound (the GPU mostly
+idle), so its time is the speed of whichever CPU the engine's thread runs on, and that speed
+moves from one ABBA wave to the next as the process wakes on another CPU. The sides
+alternate, so they never compete for a CPU; pinned together they also see the same CPU,
+which narrows the per-wave spread; two CPUs do not (the process still moves between them),
+so one is the recommendation for the bundled target on a GPU (docs/detection-power.md,
+"Noise anatomy"). On CPU runs the engines compute on these CPUs: pinning them to few CPUs
+slows them down.
 
 The affinity is set on the harness process before any engine starts; spawned children
 inherit it (Linux `sched_setaffinity`). Every result records the affinity it ran with
@@ -72,7 +70,7 @@ def pin_cpus(spec: str) -> list[int]:
 def _pin_other_threads(cpus: list[int]) -> None:
     """Linux affinity is a thread's: `sched_setaffinity(0)` pins the calling thread and
     what it starts later, not the threads already running (torch's pools, started at
-    import). On the H100 the harness had 30 such threads free to run anywhere; pin them too."""
+    import), which would otherwise run anywhere; pin them too."""
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:

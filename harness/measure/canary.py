@@ -1,13 +1,10 @@
 """`--canary-cpu`: a spin loop on a CPU the engines do not use, timing fixed chunks of work, so
 that a step slowed by the machine can be told from a step slowed by the runner.
 
-Why: on the H100 we measure on (a KVM guest) the whole virtual machine runs user code about ten
-times slower for ~100 ms, about once per eight ABBA waves. The engine's thread keeps the CPU
-throughout (its CPU time equals its wall time: steps.csv `cpu_ms`), nothing else runs on its
-CPU, and the guest's steal counter stays at zero; a sampler on another CPU was late at the
-same moments. Such a burst stretches 4-7 host-bound decode steps to 5-8 ms and decides the
-wave's P99 step, so the per-wave P99 ratio of two identical runners had a log standard
-deviation of ~0.9 (docs/detection-power.md, "Bursts"). No statistic of the engine's own
+Why: on some GPU hosts (virtual machines) the whole machine runs user code about ten times
+slower for ~100 ms now and then, while the engine's thread keeps its CPU. Such a burst
+stretches a few host-bound decode steps tenfold and decides the wave's P99 step
+(docs/detection-power.md, "Bursts"). No statistic of the engine's own
 steps can tell that from a runner that got slower; a clock outside the engines can. The
 canary is that clock: a process pinned to its own CPU that does the same small piece of
 work over and over and stamps each chunk's end with `time.perf_counter()`
@@ -147,14 +144,12 @@ def wave_disturbed(lost_ms: np.ndarray, duration_ms: np.ndarray) -> bool | None:
 
 # On a CPU engine, the step's own thread clock is a second witness that needs no spare CPU:
 # the bundled runner's step thread is on its CPU for all of a step (steps.csv `cpu_ms` over
-# `duration_ms`: 0.2-1.3 % of the timed steps' time off-CPU in quiet runs, vLLM's V1 on CPU
-# 2-3 %), so time off it is time the machine gave to other work (a host that stole the
-# vCPU, another process). It does not see a CPU that runs slow (the H100's bursts kept the
-# thread on its CPU), and on a GPU the host legitimately waits for the device, so the gate
-# reads it on CPU engines only. On a shared CI host a clean `quick` run whose engines were
-# off-CPU for over a third of their steps raised +100 % P99 false alarms, where runs that
-# raised none stayed at 15 % or less (docs/detection-power.md). Above MAX_OFF_CPU the
-# comparison says what the machine did, not the runners.
+# `duration_ms`), so time off it is time the machine gave to other work (a host that stole
+# the vCPU, another process). It does not see a CPU that runs slow (bursts keep the thread
+# on its CPU), and on a GPU the host legitimately waits for the device, so the gate reads it
+# on CPU engines only. Above MAX_OFF_CPU the comparison says what the machine did, not the
+# runners (the shares measured in quiet and busy runs: docs/detection-power.md, "A machine
+# busy with other work").
 MAX_OFF_CPU = 0.25
 
 

@@ -40,7 +40,7 @@ STEP_LABEL = "mrbench::step"
 PHASE_LABELS = {p: f"mrbench::{p}" for p in PHASES}
 # A PD pair's KV connector calls (vLLM's, inside its load before the forward, its per-layer save
 # inside the forward and its wait after it): their syncs and ops are the transfer's, not the
-# runner's hot path (harness/run/targets/vllm_kv_connector.py puts the range around each call).
+# runner's hot path (harness/run/targets/vllm/kv_connector.py puts the range around each call).
 TRANSFER_PHASE = "kv_transfer"
 TRANSFER_LABEL = f"mrbench::{TRANSFER_PHASE}"
 

@@ -1,7 +1,8 @@
 """A campaign's result file, as one typed record: what every campaign result shares
 (`CampaignResult`, its one writer `write_result` and its one reader `read_result`), and
 faults.json, the catch matrix `mrbench faults` writes (`FaultMatrix`). calibration.json and
-power.json are study_record's.
+power.json are study_record's. What a fault is, and which ones each target offers, is the
+fault registry's (harness/run/faults.py); this record keeps what each fault's run showed.
 
 One model, one writer, one reader: the campaign builds the model, `write_result` writes
 it (from `model_dump(mode="json")`), and the command's table, the campaign's report.html,

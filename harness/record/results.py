@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from mrbench.contract.paths import data_origin
 
 from ..measure import canary
 from ..measure.affinity import current_affinity
+from .atomic_dir import filled_in_place
 from .errors import ResultsNotWritten
 from .run_record import Manifest, RunSummary, RunVerdict, json_safe
 
@@ -144,29 +144,20 @@ class RunWriter:
         is). Nothing is rendered here. A write the OS refuses (ENOSPC, EDQUOT, EROFS)
         removes the hidden sibling and raises ResultsNotWritten: `out` is left as it was."""
         manifest = manifest.model_copy(update={"results_format": RESULTS_FORMAT})
-        tmp: Path | None = None
         try:
-            self.out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
-            for t, rows in self.rows.items():
-                pd.DataFrame(rows).to_csv(tmp / f"{t}.csv", index=False)
-            with (tmp / "tokens.jsonl").open("w") as f:
-                for row in self.tokens:
-                    f.write(json.dumps(row) + "\n")
-            for rel, text in self.files.items():
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / rel).write_text(text, encoding="utf-8")
-            write_json(tmp / "manifest.json", manifest)
-            write_json(tmp / "summary.json", summary)
-            if self.out.exists():              # an empty directory (check_out allowed it)
-                self.out.rmdir()
-            os.replace(tmp, self.out)
-        except BaseException as e:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(e, OSError):      # a full disk, a quota: one line, not a traceback
-                raise ResultsNotWritten(self.out, e) from None
-            raise
+            with filled_in_place(self.out) as tmp:
+                for t, rows in self.rows.items():
+                    pd.DataFrame(rows).to_csv(tmp / f"{t}.csv", index=False)
+                with (tmp / "tokens.jsonl").open("w") as f:
+                    for row in self.tokens:
+                        f.write(json.dumps(row) + "\n")
+                for rel, text in self.files.items():
+                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (tmp / rel).write_text(text, encoding="utf-8")
+                write_json(tmp / "manifest.json", manifest)
+                write_json(tmp / "summary.json", summary)
+        except OSError as e:                # a full disk, a quota: one line, not a traceback
+            raise ResultsNotWritten(self.out, e) from None
         return self.out
 
 

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from mrbench.contract import BadInput
-from mrbench.workloads import get_workload
+from mrbench.workloads import get_workload, workloads
 
 from .metrics import LATENCY_METRICS, PERCENTILES, checked_percentiles, current_name
 
@@ -259,3 +259,20 @@ def single_workload_suite(workload: str) -> Suite:
     """`mrbench run gsm8k`: one workload with its default parameters."""
     get_workload(workload)
     return Suite(name=workload, workloads=[WorkloadEntry(id=workload, workload=workload)])
+
+
+def named_suite(what: list[str]) -> Suite:
+    """The suite a command's positional names make: shipped suites, YAML paths (either with
+    `:ID,...`), workload names (a name that is both a workload and a shipped suite is the
+    suite). Several are joined into one, named `A+B`, with the first one's thresholds and
+    percentiles; an entry id that two of them share is BadInput."""
+    suites = [single_workload_suite(w) if w in workloads() and w not in shipped_suites()
+              else load_suite(w) for w in what]
+    if len(suites) == 1:
+        return suites[0]
+    entries = [e for s in suites for e in s.workloads]
+    ids = [e.id for e in entries]
+    if len(set(ids)) != len(ids):
+        raise BadInput(f"workload ids repeat across {what}; run them separately")
+    return Suite(name="+".join(s.name for s in suites), thresholds=suites[0].thresholds,
+                 percentiles=suites[0].percentiles, workloads=entries)

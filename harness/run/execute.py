@@ -30,7 +30,7 @@ from . import progress
 
 def describe_failure(e: BaseException) -> tuple[str, str]:
     """(one-line error, traceback); for an exception raised inside an engine's process
-    (mrbench.harness.run.worker.RemoteError) its own type, message and traceback."""
+    (mrbench.harness.run.engines.worker.RemoteError) its own type, message and traceback."""
     remote_tb = getattr(e, "remote_traceback", None)
     if remote_tb is not None:
         return str(e), remote_tb
@@ -109,11 +109,12 @@ def profiled_run(session: Session, prompts: list, batch: Batch, device: str
                  ) -> tuple[list[dict], list[dict]]:
     """Run `prompts` at once under torch.profiler (counts need shapes, not timing), with
     state audits on; (per-step counts, audit rows). Runs in the engine's own process when the
-    session is remote (mrbench.harness.run.worker), since the profiler sees only its own process."""
+    session is remote (mrbench.harness.run.engines.worker), since the profiler sees only its own
+    process."""
     session.reset_steps()
     session.auditing = True      # state audits read the device: only in this pass
     # runners in vLLM's workers (tensor parallel, a process per runner): each rank profiles
-    # its own part and counts it there (targets/vllm_ranks.py); rows per engine and rank
+    # its own part and counts it there (targets/vllm/ranks.py); rows per engine and rank
     ranks = getattr(session, "ranks", None)
     try:
         # then the engine's process holds no runner: profile the ranks only

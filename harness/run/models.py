@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from mrbench.contract import BadInput
-from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR
-from mrbench.runner_impl.model import random_presets
+
+from .targets.bundled.runner_parts import DEFAULT_MODEL_DIR, random_presets
 
 GPU_PRESET = "llama-1b"          # the vllm target's default on a GPU
 GPU_SEED = 0

@@ -34,7 +34,7 @@ from ..record.results import RunWriter, environment
 from ..record.run_record import Check, Manifest, RunSummary, Verdict
 from ..record.suite import Suite
 from . import builds, interrupts, models, progress
-from .engine_bank import EngineBank
+from .engines.bank import EngineBank
 from .execute import InterleavedDriver, describe_failure
 from .progress import Progress
 from .run_plan import SIDES, Isolation, Overrides, PlannedWorkload, RunPlan, plan_run
@@ -69,7 +69,7 @@ class EnginesUsed:
 
     starts: list[dict]
     logs: dict[str, str]          # {path in the run directory: text}
-    preloads: list[dict] = field(default_factory=list)   # harness.run.preload's processes
+    preloads: list[dict] = field(default_factory=list)   # harness.run.engines.preload's processes
 
 
 def _failure(workload: str, side: str, e: Exception) -> dict:

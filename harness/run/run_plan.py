@@ -8,7 +8,6 @@ execute, then record) take their decisions from the one `RunPlan` it returns.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,12 @@ from mrbench.workloads import get_workload
 from ..record import history
 from ..record.results import check_out
 from ..record.suite import Suite, WorkloadEntry
-from . import engine_args, engine_plan
-from .engine_bank import BankKey, BankSettings
-from .engine_plan import EnginePlan, PlannedEngine
-from .targets.base import PD_GPUS_ENV, Footprint, SideSpec, Target, get_target, side_label
-from .worker import DEFAULT_CALL_TIMEOUT_S
+from . import engine_args
+from .engines import plan as engine_plan
+from .engines.bank import BankKey, BankSettings
+from .engines.plan import EnginePlan, PlannedEngine
+from .engines.worker import DEFAULT_CALL_TIMEOUT_S
+from .targets.base import Footprint, SideSpec, Target, get_target, side_label
 
 SIDES = ("baseline", "candidate")
 COLD_ENGINES = ("auto", "rebuild", "keep")
@@ -58,26 +58,32 @@ class Overrides:
 @dataclass
 class Isolation:
     """How sessions are hosted: each in its own engine process with a deadline per call
-    (mrbench.harness.run.worker; the default), or in this process (`--in-process`: for debugging with
-    a debugger or py-spy, where a crash or hang of the engine ends the run); how much of
+    (mrbench.harness.run.engines.worker; the default), or in this process (`--in-process`: for
+    debugging with a debugger or py-spy, where a crash or hang of the engine ends the run); how much
+    of
     the GPU the engines resident at once may take together (`--gpu-memory-utilization`:
     each of them asks its engine for an equal share); and whose engine is built first
     (`--build-first`): the candidate's by default, so that a candidate that cannot start
     costs no baseline start. The other order is the control for a bias that follows build
     order rather than the runner: an A/A run should not move with it. And what becomes of
-    an engine whose start compiled kernels (`--cold-engines`, harness.compile_cache):
+    an engine whose start compiled kernels (`--cold-engines`, harness.run.engines.compile_cache):
     `rebuild` starts it again in a new process before it is measured, `keep` measures it
     as it is, `auto` (the default) rebuilds on CUDA, where a process that compiled its
     kernels was measured to run its host work slower, and keeps on CPU, where that was
     not measured and a vLLM start costs CI tens of seconds. And how many engines start
-    together (`--engine-starts`, harness.engine_plan): several on a GPU, one on CPU."""
+    together (`--engine-starts`, harness.run.engines.plan): several on a GPU, one on CPU.
+    And two settings of the vllm target's engines, which plan_run stamps on both sides
+    (`SideSpec`), so that each engine process gets them with its side: vLLM's own sync
+    check (`--vllm-sync-check`) and the GPUs of a PD pair's runners (`--pd-gpus`)."""
 
     in_process: bool = False
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     gpu_memory_utilization: float = 0.85
     build_first: str = "candidate"
     cold_engines: str = "auto"
-    starts_at_once: int | None = None       # None: engine_plan.default_starts_at_once
+    starts_at_once: int | None = None       # None: engines.plan.default_starts_at_once
+    vllm_sync_check: str | None = None      # "warn" or "error"; None: off
+    pd_gpus: tuple[int, int] | None = None  # (prefill, decode); None: both on the side's GPU
 
     def resolved_for(self, devices: set[str]) -> Isolation:
         """This isolation with `cold_engines` "auto" and `starts_at_once` decided for the
@@ -246,14 +252,12 @@ def _plan_engines(workloads: list[PlannedWorkload], specs: dict[str, SideSpec],
         return fps[k]
 
     device = next(iter(specs.values())).device
-    placed = os.environ.get(PD_GPUS_ENV)    # --pd-gpus P,D, checked by the command and target
-    pd_gpus = tuple(int(x) for x in placed.split(",")) if placed else None
     eplan = engine_plan.plan(
         [(w.id, w.options) for w in ordered if w.id not in skip], specs, key, footprint,
         iso.gpu_memory_utilization, iso.starts_at_once or 1,
         engine_plan.device_memory_bytes(device) if device.startswith("cuda")
         else engine_plan.host_memory_bytes(), engine_plan.host_memory_bytes(),
-        pd_gpus=pd_gpus if device.startswith("cuda") else None)
+        pd_gpus=iso.pd_gpus if device.startswith("cuda") else None)
     return ordered, eplan
 
 
@@ -270,6 +274,8 @@ def plan_run(suite: Suite, base: SideSpec, cand: SideSpec, overrides: Overrides,
         raise BadInput("--in-process runs engines in the harness's own environment: a side "
                        "with its own build (TARGET@BUILD:RUNNER) needs its own process")
     iso = isolation.resolved_for({base.device, cand.device})
+    base, cand = (replace(s, vllm_sync_check=iso.vllm_sync_check, pd_gpus=iso.pd_gpus)
+                  for s in (base, cand))
     targets = {s.target: get_target(s.target) for s in (base, cand)}
     if save_reference and (cand.faults or base.faults):
         raise BadInput("--save-reference stores known-good counts: it cannot run with --fault")

@@ -1,7 +1,7 @@
 """What happened, and what to try, for each recorded failure of a run.
 
 A failure's record is the one line its side raised (summary.json `failures[].error`): the
-engine process's end as `harness.run.worker` words it (a signal, an exit code, the
+engine process's end as `harness.run.engines.worker` words it (a signal, an exit code, the
 watchdog's deadline), the bundled engine's own refusals (a KV cache larger than the free
 memory, a scheduler that made no progress), an interrupt, or any other error. The report
 and the terminal summary put beside it the likely cause in words and the next thing to try,
@@ -34,34 +34,30 @@ def _memory_at_start(m: re.Match) -> Hint:
                 "free memory on the machine (other engines, other jobs) and run again")
 
 
-def _exhausted(m: re.Match) -> Hint:
-    return Hint("the engine stopped scheduling: its KV block pool is exhausted (the first "
-                "waiting request needs more blocks than are free)",
-                "raise num_kv_blocks, or lower max_num_seqs or max_tokens so that the "
-                "requests fit the pool")
+EXHAUSTED = Hint("the engine stopped scheduling: its KV block pool is exhausted (the first "
+                 "waiting request needs more blocks than are free)",
+                 "raise num_kv_blocks, or lower max_num_seqs or max_tokens so that the "
+                 "requests fit the pool")
 
 
-def _stuck(m: re.Match) -> Hint:
-    return Hint("the engine stopped scheduling with KV blocks to spare: its scheduler "
-                "admitted nothing it could have (not a memory shortage)",
-                "a scheduler or runner bug: run the workload alone (mrbench run SUITE:ID) "
-                "with --in-process to step through it, or record its schedule (mrbench steps "
-                "record) and replay it")
+STUCK = Hint("the engine stopped scheduling with KV blocks to spare: its scheduler "
+             "admitted nothing it could have (not a memory shortage)",
+             "a scheduler or runner bug: run the workload alone (mrbench run SUITE:ID) "
+             "with --in-process to step through it, or record its schedule (mrbench steps "
+             "record) and replay it")
 
 
-def _no_progress(m: re.Match) -> Hint:
-    return Hint("the engine stopped scheduling for 100 steps in a row",
-                "read the engine log; if its KV cache is short on purpose, raise "
-                "num_kv_blocks")
+NO_PROGRESS = Hint("the engine stopped scheduling for 100 steps in a row",
+                   "read the engine log; if its KV cache is short on purpose, raise "
+                   "num_kv_blocks")
 
 
-def _sigkill(m: re.Match) -> Hint:
-    return Hint("the engine's process was killed with SIGKILL from outside it: the kernel's "
-                "OOM killer, a job's memory limit or a person (an engine never sends it to "
-                "itself, and the watchdog's kill is recorded as a timeout)",
-                "look for an OOM kill at that time (dmesg, journalctl -k, the job's memory "
-                "limit); if memory ran out, lower max_num_seqs or the KV cache, or start "
-                "fewer engines at once (--engine-starts 1)")
+SIGKILLED = Hint("the engine's process was killed with SIGKILL from outside it: the kernel's "
+                 "OOM killer, a job's memory limit or a person (an engine never sends it to "
+                 "itself, and the watchdog's kill is recorded as a timeout)",
+                 "look for an OOM kill at that time (dmesg, journalctl -k, the job's memory "
+                 "limit); if memory ran out, lower max_num_seqs or the KV cache, or start "
+                 "fewer engines at once (--engine-starts 1)")
 
 
 def _signal(m: re.Match) -> Hint:
@@ -91,40 +87,38 @@ def _timeout(m: re.Match) -> Hint:
                 "--in-process and see where it waits (py-spy dump --pid PID)")
 
 
-def _interrupted(m: re.Match) -> Hint:
-    return Hint("the run was stopped (SIGINT or SIGTERM) while this workload ran: its "
-                "results are lost",
-                "run it again (mrbench run SUITE:ID); under a job's time limit, give the job "
-                "more time or run fewer workloads")
+INTERRUPTED = Hint("the run was stopped (SIGINT or SIGTERM) while this workload ran: its "
+                   "results are lost",
+                   "run it again (mrbench run SUITE:ID); under a job's time limit, give the job "
+                   "more time or run fewer workloads")
 
 
-def _disk_full(m: re.Match) -> Hint:
-    return Hint("a disk filled up (ENOSPC) while the side wrote to it",
-                "free space on that disk (results, caches, the temporary directory), or "
-                "write elsewhere (--out, TMPDIR)")
+DISK_FULL = Hint("a disk filled up (ENOSPC) while the side wrote to it",
+                 "free space on that disk (results, caches, the temporary directory), or "
+                 "write elsewhere (--out, TMPDIR)")
 
 
-def _gpu_memory(m: re.Match) -> Hint:
-    return Hint("the GPU ran out of memory",
-                "lower --gpu-memory-utilization or the workload's max_num_seqs and KV cache, "
-                "and check what else holds the GPU (nvidia-smi)")
+GPU_MEMORY = Hint("the GPU ran out of memory",
+                  "lower --gpu-memory-utilization or the workload's max_num_seqs and KV cache, "
+                  "and check what else holds the GPU (nvidia-smi)")
 
 
-# (pattern, hint), the first that matches a failure's line wins: the engine's own words
-# before the process's end, which an error raised inside the engine may quote
+# (pattern, hint or the function that words it from the match), the first that matches a
+# failure's line wins: the engine's own words before the process's end, which an error
+# raised inside the engine may quote
 _RULES = (
     (r"KV cache of \d+ blocks x \d+ tokens needs (?P<need>[\d.]+ \w+) but (?P<free>[\d.]+ \w+)"
      r" of (?P<device>\w+) memory is available", _memory_at_start),
-    (r"no progress in \d+ steps: KV blocks exhausted", _exhausted),
-    (r"no progress in \d+ steps: no request scheduled", _stuck),
-    (r"no progress in \d+ steps", _no_progress),
+    (r"no progress in \d+ steps: KV blocks exhausted", EXHAUSTED),
+    (r"no progress in \d+ steps: no request scheduled", STUCK),
+    (r"no progress in \d+ steps", NO_PROGRESS),
     (r"did not answer '(?P<call>\w+)' within (?P<seconds>[\d.]+) s", _timeout),
-    (r"killed by signal SIGKILL\b", _sigkill),
+    (r"killed by signal SIGKILL\b", SIGKILLED),
     (r"killed by signal (?P<signal>SIG\w+)", _signal),
     (r"EngineCrashed: [^;]*?\(exit code (?P<code>\d+)\)", _exit_code),
-    (r"interrupted while it ran \(SIGINT or SIGTERM\)", _interrupted),
-    (r"No space left on device|\bENOSPC\b", _disk_full),
-    (r"CUDA out of memory|OutOfMemoryError", _gpu_memory),
+    (r"interrupted while it ran \(SIGINT or SIGTERM\)", INTERRUPTED),
+    (r"No space left on device|\bENOSPC\b", DISK_FULL),
+    (r"CUDA out of memory|OutOfMemoryError", GPU_MEMORY),
 )
 _COMPILED = tuple((re.compile(p), fn) for p, fn in _RULES)
 
@@ -136,8 +130,8 @@ OTHER = Hint("the side raised the error above",
 def hint_for(error: str) -> Hint:
     """The hint for a failure's one-line error: the first rule whose pattern it matches,
     else OTHER (every failure gets one)."""
-    for pattern, make in _COMPILED:
+    for pattern, hint in _COMPILED:
         m = pattern.search(error)
         if m:
-            return make(m)
+            return hint if isinstance(hint, Hint) else hint(m)
     return OTHER

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mrbench.contract import BadInput
-
 from ..record.campaign_record import read_fault_matrix
 from ..record.results import read_record
 from ..record.run_record import Verdict

@@ -1,8 +1,8 @@
 """The Llama model, its paged KV cache and the loaders for HF-format model directories."""
 
+from mrbench.runner_impl.model.config import LlamaConfig
 from mrbench.runner_impl.model.llama import (
     AttentionMetadata,
-    LlamaConfig,
     LlamaForCausalLM,
     allocate_kv_cache,
 )

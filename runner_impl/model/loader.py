@@ -16,7 +16,8 @@ from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer as HFTokenizer
 
 from mrbench.runner_impl.errors import ModelLoadError
-from mrbench.runner_impl.model.llama import LlamaConfig, LlamaForCausalLM
+from mrbench.runner_impl.model.config import LlamaConfig
+from mrbench.runner_impl.model.llama import LlamaForCausalLM
 
 SINGLE_WEIGHTS = "model.safetensors"
 SHARDED_INDEX = "model.safetensors.index.json"

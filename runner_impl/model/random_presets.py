@@ -18,8 +18,8 @@ preset, seed, device and dtype: the same bytes (a CUDA generator draws other num
 the CPU's).
 
 Presets: `tiny` is the shape of the bundled test model (runner_impl/assets/gsm8k-tiny, 4.75M
-parameters; its head_dim of 32 is one vLLM's CPU attention takes, make_tiny_llama's 16 is
-not) with make_tiny_llama's N(0, 0.2) weights, whose logits are far from uniform, so that
+parameters; its head_dim of 32 is one vLLM's CPU attention takes, the tests' 16 is not)
+with N(0, 0.2) weights, whose logits are far from uniform, so that
 two engines' greedy tokens agree on it; `llama-1b` and `llama-8b` are Llama-3.2-1B's and
 Llama-3.1-8B's shapes with their vocabulary size, N(0, 0.02) weights (HF's
 initializer_range) and unit norms. Their context is capped at 8192 tokens with plain RoPE
@@ -219,7 +219,17 @@ def make_model(out: str | Path, preset_name: str, *, seed: int = 0, device: str 
                progress: Callable[[str], None] | None = None) -> Path:
     """Write the preset's random Llama to `out` (missing or empty): built in a hidden
     folder beside it and renamed into place when whole, so a failure leaves nothing."""
-    p = preset(preset_name)
+    return write_model(out, preset(preset_name), name=preset_name, seed=seed, device=device,
+                       dtype=dtype, max_shard_bytes=max_shard_bytes, progress=progress)
+
+
+def write_model(out: str | Path, p: Preset, *, name: str = "custom", seed: int = 0,
+                device: str = "cpu", dtype: str | None = None,
+                max_shard_bytes: int = MAX_SHARD_BYTES,
+                progress: Callable[[str], None] | None = None) -> Path:
+    """Write a random Llama of shape `p` to `out` (missing or empty), as `make_model` does
+    for a preset: the one maker of random Llamas, also for the small shapes tests and probes
+    want (`name` is what the sidecar and the progress lines call it)."""
     dtype = dtype or p.dtype
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {', '.join(DTYPES)}")
@@ -236,7 +246,7 @@ def make_model(out: str | Path, preset_name: str, *, seed: int = 0, device: str 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        _write(tmp, p, preset_name, seed, device, dtype, max_shard_bytes, say)
+        _write(tmp, p, name, seed, device, dtype, max_shard_bytes, say)
         umask = os.umask(0)
         os.umask(umask)
         for f in (tmp, *tmp.iterdir()):      # mkdtemp's 0700: readable as any folder is

@@ -151,10 +151,8 @@ def _launch(q: torch.Tensor, H: int, kv_cache: torch.Tensor, query_start_loc: to
     assert block_table.is_contiguous()
     out = torch.empty(T, H, D, dtype=q.dtype, device=q.device)
     block_q = _block_q(uniform_decode, G)
-    # The decode variant walks 128 keys an iteration with 2 pipeline stages: on an H200 with
-    # a cold L2 (64 rows x 200 keys x 8 KV heads, 16 layers' caches) 11.5 us a layer against
-    # 12.7 with 64 keys and the default stages (H100: 14.2 against 14.6-21.0 us for 32-128
-    # keys, 1-3 stages, 2 or 4 warps).
+    # The decode variant walks 128 keys an iteration with 2 pipeline stages, the fastest
+    # tiling measured with a cold L2 (docs/performance.md, "Kernel tuning").
     tuning = dict(BLOCK_N=128, num_stages=2) if uniform_decode else dict(BLOCK_N=BLOCK_N)
     if rope is not None:
         tuning.update(ROPE=True, COS=rope[0], SIN=rope[1], SLOTS=rope[2])

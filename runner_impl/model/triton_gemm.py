@@ -2,8 +2,8 @@
 
 A decode step's projections read every weight once for a handful of activation rows, so
 they are bound by memory, not arithmetic. cuBLAS is about as fast per GEMM at 64 rows
-(H100: o_proj 7.0 us here against 6.2, down 17.8 against 15.9-17.9), so this kernel earns
-its place by what cuBLAS cannot do:
+(docs/performance.md, "Kernel tuning"), so this kernel earns its place by what cuBLAS
+cannot do:
 
 - it takes part in programmatic dependent launch (`triton_base`), so a layer's kernels
   launch under each other's tails, and it prefetches its first weight columns into L2
@@ -34,8 +34,8 @@ BLOCK_N = 32     # output columns per program: 64-128 programs for a 2048-wide o
 BLOCK_K = 128
 STAGES = 6
 # With PDL, each program asks L2 for the first 512 columns (1 KB) of its weight rows before
-# it waits on the previous kernel, so its pipeline starts warm. H100, 1B batch 64, async:
-# 43.9k tok/s without, 44.8k with 512, 42.1k with 2048 (more only evicts what others need).
+# it waits on the previous kernel, so its pipeline starts warm; more only evicts what other
+# kernels need (docs/performance.md, "What made V2 faster").
 PREFETCH_COLS = 512
 
 if triton is not None:

@@ -2,8 +2,8 @@
 device half of prepare_inputs) and `post_update`.
 
 Once the forward replays a graph, the host's cost per step is what remains: some sixty
-small indexing kernels around it, each a Python call and a launch (about 0.9 ms a step at
-64 requests on an H100 host). Both pieces are pure device work whose shapes depend only
+small indexing kernels around it, each a Python call and a launch (docs/performance.md,
+"Kernel tuning"). Both pieces are pure device work whose shapes depend only
 on the number of rows R when every row has one query token and one logit (k = 0), so one
 graph per R replays them: the host uploads its index arrays into the graph's input
 buffer and launches one graph. The ops inside are exactly the eager ones (same code,

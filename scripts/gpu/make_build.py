@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A second vLLM build for a two-build study where no package index is (the GPU machine):
 the vLLM of a site folder (the kit's) as links, with one historic Model Runner V2 fault
-written back into its source, the line the fix replaced restored (harness.targets.
-vllm_faults has the lines; harness.builds.overlay makes the build). With no --fault the
+written back into its source, the line the fix replaced restored (harness.run.targets.vllm.
+faults has the lines; harness.run.builds.overlay makes the build). With no --fault the
 build is the same code in another place: the clean A/B pair.
 
 Each patch's line is looked for inside the function its fault names (the file parsed with
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mrbench.contract import BadInput
 from mrbench.harness.run.builds import overlay
-from mrbench.harness.run.targets.vllm_faults import FAULTS, SourcePatch, patched_source
+from mrbench.harness.run.targets.vllm.faults import FAULTS, SourcePatch, patched_source
 
 
 def _defs(body: list[ast.stmt]) -> list[ast.stmt]:

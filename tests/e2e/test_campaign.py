@@ -3,17 +3,11 @@ campaign report, and atomic output."""
 import json
 
 import pytest
+from support.suites import TINY
 
 from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
-
-TINY = """name: tiny
-workloads:
-  - id: g
-    workload: gsm8k
-    params: {limit: 4, max_num_seqs: 4, profile_limit: 2, max_tokens: 96}
-"""
 
 
 @pytest.fixture(scope="module")

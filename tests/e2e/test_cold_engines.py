@@ -1,7 +1,7 @@
 """An engine whose start compiled its kernels is started again in a new process before it is
 measured (`--cold-engines rebuild`, the default on CUDA), so both sides of a comparison run in
 processes that loaded their kernels from the cache; `keep` (the default on CPU) measures it as
-it is. Either way every result records what each start wrote (harness.compile_cache).
+it is. Either way every result records what each start wrote (harness.run.engines.compile_cache).
 
 The "jitcache" test target keeps a kernel per engine shape under TRITON_CACHE_DIR the way
 Triton's file cache does, and says which kernels its process compiled itself."""

@@ -5,6 +5,7 @@ A real run of a small blocked suite on the bundled model (V2 vs V2, the ruler on
 import json
 
 import pytest
+from support.suites import blocked_gsm8k
 
 from mrbench.contract import BadInput
 from mrbench.harness.checks.regate import first_waves
@@ -13,15 +14,7 @@ from mrbench.harness.record.run_record import RunVerdict
 
 pytestmark = pytest.mark.slow
 
-SUITE = """name: tiny-waves
-description: 8 ABBA waves of 2 GSM8K problems
-thresholds: {median_rel: 0.20, latency_rel: 1.0}
-workloads:
-  - id: gsm8k
-    workload: gsm8k
-    params: {mode: colocated, limit: 16, max_num_seqs: 2, wave_size: 2, profile_limit: 0,
-             max_tokens: 24}
-"""
+SUITE = blocked_gsm8k("tiny-waves", "8 ABBA waves of 2 GSM8K problems", waves=8, max_tokens=24)
 
 
 def _judged(checks: list[dict]) -> dict:

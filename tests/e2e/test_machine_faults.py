@@ -40,7 +40,7 @@ from support.side_by_side import env_for
 
 from mrbench.harness.cli import main
 from mrbench.harness.record import history
-from mrbench.harness.run import worker
+from mrbench.harness.run.engines import worker
 from mrbench.runner_impl.default_model import DEFAULT_MODEL_DIR
 from mrbench.runner_impl.model.llama import kv_cache_bytes
 from mrbench.runner_impl.model.loader import load_config

@@ -4,20 +4,14 @@ detectable effect. Real runs of a small blocked suite on the bundled model (V2 v
 import json
 
 import pytest
+from support.suites import blocked_gsm8k
 
 from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow
 
-SUITE = """name: tiny-power
-description: 6 ABBA waves of 2 GSM8K problems, medians gated
-thresholds: {median_rel: 0.20, latency_rel: 1.0}
-workloads:
-  - id: gsm8k
-    workload: gsm8k
-    params: {mode: colocated, limit: 12, max_num_seqs: 2, wave_size: 2, profile_limit: 0,
-             max_tokens: 48}
-"""
+SUITE = blocked_gsm8k("tiny-power", "6 ABBA waves of 2 GSM8K problems, medians gated", waves=6,
+                      max_tokens=48)
 
 
 def test_power_reports_false_alarms_detection_and_the_mde(tmp_path, capsys):

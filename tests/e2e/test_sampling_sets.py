@@ -12,7 +12,8 @@ import pytest
 import yaml
 from support.side_by_side import run_variants
 
-from mrbench.harness.campaigns.campaign import fault_run, flagged
+from mrbench.harness.campaigns.campaign import flagged
+from mrbench.harness.campaigns.faults import fault_run
 from mrbench.harness.record.results import read_summary
 from mrbench.harness.record.suite import SUITES_DIR
 

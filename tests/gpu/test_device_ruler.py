@@ -1,4 +1,4 @@
-"""The slow-step ruler's device spin on a CUDA side (harness/run/targets/vllm_ruler.py): the
+"""The slow-step ruler's device spin on a CUDA side (harness/run/targets/vllm/ruler.py): the
 device is kept busy for PCT % of the step, behind the step's kernels, and the profiled pass
 queues nothing. Skips without CUDA."""
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from mrbench.harness.run.targets import vllm_ruler
+from mrbench.harness.run.targets.vllm import ruler as vllm_ruler
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

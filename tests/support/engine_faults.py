@@ -6,7 +6,7 @@ V1 runner; `segv`, `exit` and `hang` break the engine on its first `generate` in
 workload whose engine has exactly `BREAK_AT_MAX_NUM_SEQS` slots, and run normally otherwise.
 
 `start-exit` ends its engine process while it opens (exit code 9), for engines that start
-together (harness.engine_bank): the other engines of the group start and run.
+together (harness.run.engines.bank): the other engines of the group start and run.
 
 `pause` and `pause-close` stop that engine at a known point, so a test can act on the run
 there instead of guessing a time: on its first `generate` (a workload in progress), or in its

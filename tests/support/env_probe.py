@@ -1,6 +1,6 @@
 """A target whose engine says which process it runs in, what that process imported before
 it and what environment it sees, for the tests of engine processes forked from a preloading
-process (harness.run.preload).
+process (harness.run.engines.preload).
 
 Registered as "envprobe" when imported (tests name it in MRBENCH_TARGET_MODULES so every
 engine process imports it too). It names itself among its preload modules, so in a forked

@@ -1,5 +1,13 @@
 """Small suites the e2e tests run: written out as YAML in one place."""
 
+# One GSM8K workload of 4 problems: the smallest run that judges every check family
+TINY = """name: tiny
+workloads:
+  - id: g
+    workload: gsm8k
+    params: {limit: 4, max_num_seqs: 4, profile_limit: 2, max_tokens: 96}
+"""
+
 
 def three_gsm8k(c_limit: int = 3, c_max_tokens: int = 16) -> str:
     """Three GSM8K workloads on the bundled CPU runner: a and c share an engine shape (so a
@@ -17,4 +25,18 @@ workloads:
     workload: gsm8k
     params: {{limit: {c_limit}, seed: 1000003, max_num_seqs: 2, max_tokens: {c_max_tokens},
               profile_limit: 1}}
+"""
+
+
+def blocked_gsm8k(name: str, description: str, waves: int, max_tokens: int) -> str:
+    """One GSM8K workload in `waves` ABBA waves of 2 problems, medians gated at +20 %: the
+    smallest suite whose latency checks are judged per wave (no profiled pass)."""
+    return f"""name: {name}
+description: {description}
+thresholds: {{median_rel: 0.20, latency_rel: 1.0}}
+workloads:
+  - id: gsm8k
+    workload: gsm8k
+    params: {{mode: colocated, limit: {2 * waves}, max_num_seqs: 2, wave_size: 2, profile_limit: 0,
+             max_tokens: {max_tokens}}}
 """

@@ -11,12 +11,12 @@ from mrbench.contract import BadInput, EngineOptions, FrozenArgs
 from mrbench.harness.record.suite import Suite, load_suite
 from mrbench.harness.run import engine_args
 from mrbench.harness.run.run_plan import Isolation, Overrides, plan_run
-from mrbench.harness.run.targets import vllm_backends
 from mrbench.harness.run.targets.base import SideSpec
 from mrbench.harness.run.targets.bundled import BundledTarget, attention_backend
 from mrbench.harness.run.targets.vllm import VllmTarget
-from mrbench.harness.run.targets.vllm_args import installed_version, start_error
-from mrbench.harness.run.targets.vllm_backends import Probed, backend_problem
+from mrbench.harness.run.targets.vllm import backends as vllm_backends
+from mrbench.harness.run.targets.vllm.backends import Probed, backend_problem
+from mrbench.harness.run.targets.vllm.environment import installed_version, start_error
 
 SWEPT = """name: swept
 engine_args: {attention_backend: FLASH_ATTN, enforce_eager: true}
@@ -142,7 +142,7 @@ def test_vllm_backends_are_decided_before_any_engine_starts(tmp_path, monkeypatc
         asked.append(argv[-5])                # NAME of the probe's argv
         return Probed("9.9.9", ("FLASH_ATTN", "CPU_ATTN"))
     monkeypatch.setattr(vllm_backends, "_probe", fake_probe)
-    monkeypatch.setattr("mrbench.harness.run.targets.vllm_engine_args.field_specs",
+    monkeypatch.setattr("mrbench.harness.run.targets.vllm.engine_args.field_specs",
                         lambda side: pytest.fail("the swept argument was checked as an "
                                                  "engine argument"))
     text = ("name: b\nworkloads:\n  - id: g\n    workload: gsm8k\n    params: {limit: 2}\n"

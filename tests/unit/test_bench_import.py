@@ -1,5 +1,5 @@
 """`mrbench import-bench`: vllm bench serve/latency JSON -> a run that `mrbench compare` gates
-with the harness's statistics and `mrbench report` plots (harness/run/bench_import.py).
+with the harness's statistics and `mrbench report` plots (harness/commands/vllm_bench.py).
 
 Fixtures: tests/fixtures/vllm_bench/, written by make_fixtures.py there in vLLM's schema.
 """
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.run.bench_import import import_bench
+from mrbench.harness.commands.vllm_bench import import_bench
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "vllm_bench"
 P99 = ("p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms")    # vLLM's names too

@@ -10,8 +10,8 @@ import pytest
 from mrbench.contract import EngineOptions
 from mrbench.harness.cli import main
 from mrbench.harness.run import builds
+from mrbench.harness.run.engines.worker import EngineHost, PendingOpen
 from mrbench.harness.run.targets.base import SideSpec, side_label
-from mrbench.harness.run.worker import EngineHost, PendingOpen
 
 
 def _fake_vllm(site: Path, version: str = "9.9.9") -> None:

@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness.campaigns.campaign import (
-    aggregate_calibration,
-    aggregate_power,
-    read_back_power,
-)
+from mrbench.harness.campaigns.calibrate import aggregate_calibration
+from mrbench.harness.campaigns.power import aggregate_power
+from mrbench.harness.campaigns.read_back import read_back_power
 from mrbench.harness.cli import main
 from mrbench.harness.record.campaign_record import write_result
 from mrbench.harness.record.results import RESULTS_FORMAT

@@ -1,7 +1,8 @@
-"""harness.compile_cache: where each tool keeps its compiled kernels, and what a start wrote."""
+"""harness.run.engines.compile_cache: where each tool keeps its compiled kernels, and what a
+start wrote."""
 from pathlib import Path
 
-from mrbench.harness.run import compile_cache as cc
+from mrbench.harness.run.engines import compile_cache as cc
 
 
 def test_cache_dirs_follow_each_tools_own_rule(monkeypatch, tmp_path):

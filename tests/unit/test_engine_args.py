@@ -3,7 +3,7 @@ suite, command line over both, a side's over both sides'), checked against the s
 vLLM's EngineArgs before any engine starts (one line, exit 2, nothing written), applied over
 the harness's `LLM(...)` defaults, part of the engine key and named in the plan.
 
-The checks against real vLLM's fields are in tests/vllm/test_vllm_engine_args.py; here the
+The checks against real vLLM's fields are in tests/vllm/test_vllm_engine_fields.py; here the
 fields come from a fixed table, so that no test waits for vLLM's import."""
 from dataclasses import replace
 
@@ -12,15 +12,14 @@ import pytest
 from mrbench.contract import BadInput, EngineOptions, FrozenArgs
 from mrbench.harness.cli import main
 from mrbench.harness.record.suite import Suite, load_suite
-from mrbench.harness.run import engine_args, engine_plan
-from mrbench.harness.run.targets import vllm_engine_args
+from mrbench.harness.run import engine_args
+from mrbench.harness.run.engines import plan as engine_plan
 from mrbench.harness.run.targets.base import SideSpec, engine_args_of
-from mrbench.harness.run.targets.vllm_args import (
+from mrbench.harness.run.targets.vllm import engine_args as vllm_arguments
+from mrbench.harness.run.targets.vllm.engine_args import engine_key, llm_kwargs
+from mrbench.harness.run.targets.vllm.environment import (
     cpu_thread_binding,
-    engine_key,
     installed_version,
-    PD_GPUS_ENV,
-    llm_kwargs,
     parse_pd_gpus,
     pd_instance_gpu,
     runners_in_workers,
@@ -128,12 +127,12 @@ def test_a_suite_engine_arg_that_is_no_name_is_refused_on_load(tmp_path):
 ])
 def test_a_bad_engine_argument_is_one_line(args, words):
     with pytest.raises(BadInput) as e:
-        vllm_engine_args.check(args, "0.32.0", FIELDS)
+        vllm_arguments.check(args, "0.32.0", FIELDS)
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
 def test_good_values_pass_the_check():
-    vllm_engine_args.check(dict(max_model_len=256, enforce_eager=True, block_size=None,
+    vllm_arguments.check(dict(max_model_len=256, enforce_eager=True, block_size=None,
                                 cpu_offload_gb=1, dtype="bfloat16", kv_cache_dtype="fp8",
                                 attention_backend="cpu_attn", tensor_parallel_size=2,
                                 compilation_config={"level": 0}, hf_overrides={"x": 1},
@@ -152,7 +151,7 @@ def test_the_read_back_finds_each_argument_in_the_engines_config():
               cache_config=Sec(block_size=32, cache_dtype="auto"),
               attention_config=Sec(backend=Backend.CPU_ATTN),
               parallel_config=Sec(tensor_parallel_size=1))
-    got = vllm_engine_args.read_back(cfg, ["max_model_len", "enforce_eager", "block_size",
+    got = vllm_arguments.read_back(cfg, ["max_model_len", "enforce_eager", "block_size",
                                            "kv_cache_dtype", "attention_backend",
                                            "tensor_parallel_size", "hf_overrides"])
     assert got == dict(max_model_len=256, enforce_eager=True, block_size=32,
@@ -243,7 +242,7 @@ def test_a_malformed_engine_arg_on_the_command_line_is_one_line(tmp_path, capsys
 ])
 def test_a_bad_engine_arg_for_vllm_is_one_line_and_nothing_starts(tmp_path, capsys,
                                                                    monkeypatch, arg, words):
-    monkeypatch.setattr(vllm_engine_args, "field_specs", lambda side: ("0.32.0", FIELDS))
+    monkeypatch.setattr(vllm_arguments, "field_specs", lambda side: ("0.32.0", FIELDS))
     line = _one_error(capsys, ["run", "smoke", "--target", "vllm", "--candidate", "v1",
                                "--baseline", "v1", "--engine-arg", arg,
                                "--out", str(tmp_path / "o")])
@@ -251,7 +250,7 @@ def test_a_bad_engine_arg_for_vllm_is_one_line_and_nothing_starts(tmp_path, caps
 
 
 def test_tensor_parallel_runs_and_other_ranks_are_unsupported_here_before_any_start():
-    """Tensor-parallel ranks are measured in their workers (vllm_ranks), a PD pair's too;
+    """Tensor-parallel ranks are measured in their workers (vllm/ranks.py), a PD pair's too;
     pipeline and data parallel ranks and warmup coverage at TP are not, and say so before
     an engine starts, never a run that measured the engine's process as the runner's."""
     side = SideSpec("v2", device="cuda", target="vllm")
@@ -290,7 +289,7 @@ def test_a_pd_pair_with_drafts_gives_each_runner_its_own_process():
     assert "distributed_executor_backend=ray" in unsupported_reason(side, ray)
 
 
-def test_a_pd_pair_on_two_gpus_puts_each_runner_in_its_own_worker(monkeypatch):
+def test_a_pd_pair_on_two_gpus_puts_each_runner_in_its_own_worker():
     """`--pd-gpus P,D`: the pair's runners in workers of their own (where a GPU of its own
     can be given), each engine with the side's whole share of its own GPU, the placement
     part of the engine's identity; a worker's GPU is the physical one behind the index."""
@@ -298,7 +297,7 @@ def test_a_pd_pair_on_two_gpus_puts_each_runner_in_its_own_worker(monkeypatch):
     pd = EngineOptions(pd_disagg=True, gpu_memory_share=0.4)
     key_here = engine_key(side, pd, "/m", 512)
     assert llm_kwargs(side, pd, "/m", 512)["gpu_memory_utilization"] == 0.2
-    monkeypatch.setenv(PD_GPUS_ENV, "0,1")
+    side = replace(side, pd_gpus=(0, 1))
     kw = llm_kwargs(side, pd, "/m", 512)
     assert kw["distributed_executor_backend"] == "mp" and kw["gpu_memory_utilization"] == 0.4
     assert runners_in_workers(side, pd) and engine_key(side, pd, "/m", 512) != key_here
@@ -316,8 +315,7 @@ def test_a_pd_pair_on_two_gpus_puts_each_runner_in_its_own_worker(monkeypatch):
         parse_pd_gpus("0,1", device_count=1)
 
 
-def test_bad_pd_gpus_are_one_line_and_nothing_is_written(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv(PD_GPUS_ENV, "")        # the command sets it: restored after the test
+def test_bad_pd_gpus_are_one_line_and_nothing_is_written(tmp_path, capsys):
     line = _one_error(capsys, ["run", "pd", "--target", "vllm", "--pd-gpus", "1,1",
                                "--out", str(tmp_path / "o")])
     assert "two different GPU indices" in line and not (tmp_path / "o").exists()

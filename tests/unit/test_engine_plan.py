@@ -3,7 +3,7 @@ and the host, memory shares, and the serial plan as engines were always started.
 from dataclasses import replace
 
 from mrbench.contract import EngineOptions
-from mrbench.harness.run import engine_plan
+from mrbench.harness.run.engines import plan as engine_plan
 from mrbench.harness.run.targets.base import Footprint, SideSpec
 
 GiB = 1 << 30

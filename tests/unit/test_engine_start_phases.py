@@ -1,6 +1,6 @@
 """Where an engine start's time went: the child's clock turned into the start record's
 phases, and the progress line's words for them."""
-from mrbench.harness.run.start_phases import describe_phases, phases_of
+from mrbench.harness.run.engines.start_phases import describe_phases, phases_of
 
 
 def test_a_new_process_counts_its_own_start_and_a_reused_one_does_not():

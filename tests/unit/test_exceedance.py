@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from mrbench.harness.campaigns.campaign import aggregate_calibration, aggregate_power
+from mrbench.harness.campaigns.calibrate import aggregate_calibration
+from mrbench.harness.campaigns.power import aggregate_power
 from mrbench.harness.checks import stats_across_runs
 from mrbench.harness.record.run_record import RunSummary
 from mrbench.harness.record.suite import load_suite

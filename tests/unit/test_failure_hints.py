@@ -7,7 +7,7 @@ import pytest
 
 from mrbench.harness.record.results import RunWriter
 from mrbench.harness.record.run_record import Manifest, RunSummary
-from mrbench.harness.run.worker import EngineCrashed, EngineTimeout
+from mrbench.harness.run.engines.worker import EngineCrashed, EngineTimeout
 from mrbench.harness.show.failure_hints import OTHER, hint_for
 from mrbench.harness.show.markdown import run_markdown
 from mrbench.runner_impl import LLM, SamplingParams

@@ -63,7 +63,7 @@ def test_a_check_that_alarmed_clean_does_not_catch_a_fault():
     clean run was flagged too is a miss, and those checks are listed apart (seen on vLLM
     0.26: V2 with FlashInfer syncs every step, so `syncs_per_step` alarmed clean and with
     a fault alike)."""
-    from mrbench.harness.campaigns.campaign import fault_run
+    from mrbench.harness.campaigns.faults import fault_run
     from mrbench.harness.record.run_record import RunSummary
 
     def summary(*regressed):

@@ -19,21 +19,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrbench.workloads.gsm8k_problems import (
-    _KIND_SLOTS,
-    _TEMPLATES,
-    _TEMPLATES_FILE,
     HELD_OUT_SEEDS,
     MAX_CHARS,
-    NAMES,
-    TEMPLATE_IDS,
     TRAIN_SEEDS,
     GenConfig,
     Problem,
-    _load_templates,
     check_split,
     final_answer,
     generate,
     to_jsonl_records,
+)
+from mrbench.workloads.gsm8k_templates import (
+    KIND_SLOTS,
+    NAMES,
+    TEMPLATE_IDS,
+    TEMPLATES,
+    TEMPLATES_FILE,
+    load_templates,
 )
 
 _ANNOT = re.compile(r"(\d+)([+\-*/])(\d+) = \$?<<(\d+)([+\-*/])(\d+)=(-?\d+)>>(-?\d+)")
@@ -165,9 +167,9 @@ def test_every_template_is_used_and_fits_the_context(problems):
 def test_template_texts_are_well_formed():
     """Each phrasing states exactly its event's numbers, as placeholders; answer lines state
     none of their own (numbers there come only from the expression)."""
-    for t in _TEMPLATES:
+    for t in TEMPLATES:
         for ev in t.starts + t.events:
-            want = set(_KIND_SLOTS[ev.kind])
+            want = set(KIND_SLOTS[ev.kind])
             assert len(ev.a) == ev.steps, (t.id, ev)
             for q in ev.q:
                 fields = re.findall(r"{(\w+)}", q)
@@ -202,14 +204,14 @@ def _set(path: tuple, value: object):
 ], ids=["unknown-kind", "missing-dst", "answer-lines", "placeholder", "state-typo", "dup-id"])
 def test_malformed_templates_file_is_rejected(tmp_path, edit, message):
     """The YAML file is the source of truth; a broken edit must fail at load, naming where."""
-    doc = yaml.safe_load(_TEMPLATES_FILE.read_text(encoding="utf-8"))
+    doc = yaml.safe_load(TEMPLATES_FILE.read_text(encoding="utf-8"))
     path = tmp_path / "templates.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    assert _load_templates(path) == _TEMPLATES           # the unedited copy loads the same
+    assert load_templates(path) == TEMPLATES           # the unedited copy loads the same
     edit(doc)
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     with pytest.raises(ValueError, match=message) as e:
-        _load_templates(path)
+        load_templates(path)
     assert "templates[" in str(e.value)
 
 

@@ -4,17 +4,12 @@ import json
 import sqlite3
 
 import pytest
+from support.suites import TINY
 
 from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
-TINY = """name: tiny
-workloads:
-  - id: g
-    workload: gsm8k
-    params: {limit: 4, max_num_seqs: 4, profile_limit: 2, max_tokens: 96}
-"""
 N_RUNS, FAULT_FROM = 8, 5          # runs 1-4 clean, runs 5-8 with the fault
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.run import lm_eval_launch
+from mrbench.harness.commands import lm_eval as lm_eval_launch
 from mrbench.workloads import gsm8k
 
 EXTRAS = ("lm_eval", "transformers", "datasets")

@@ -25,7 +25,7 @@ lm_eval = pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from mrbench.harness.run.lm_eval_model import MRBenchLM  # noqa: E402
+from mrbench.harness.run.targets.bundled.lm_eval import MRBenchLM  # noqa: E402
 from mrbench.workloads.gsm8k_problems import HELD_OUT_SEEDS  # noqa: E402
 from mrbench.workloads.gsm8k_problems import main as write_problems  # noqa: E402
 from mrbench.workloads.gsm8k_scoring import FALLBACK, PROMPT, STOP, score, score_all  # noqa: E402

@@ -15,9 +15,9 @@ from mrbench.harness.checks.logprobs import LOGPROB_TOLERANCE, logprobs_check
 from mrbench.harness.record.run_record import Verdict
 from mrbench.harness.record.suite import Thresholds
 from mrbench.harness.run.targets.base import SideSpec
-from mrbench.harness.run.targets.vllm_args import llm_kwargs
-from mrbench.harness.run.targets.vllm_engine_args import check_owned
-from mrbench.harness.run.targets.vllm_session import token_logprobs
+from mrbench.harness.run.targets.vllm.engine_args import llm_kwargs
+from mrbench.harness.run.targets.vllm.engine_args import check_owned
+from mrbench.harness.run.targets.vllm.engine import token_logprobs
 from mrbench.workloads.logprobs import WORKLOAD as LOGPROBS
 from mrbench.workloads.logprobs import Params, encode
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness.run.targets.vllm_faults import FAULTS, SourcePatch
+from mrbench.harness.run.targets.vllm.faults import FAULTS, SourcePatch
 
 ROOT = Path(__file__).resolve().parents[2]
 DECOY = "mrbench_decoy"

@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support.models import tiny_llama
 
 from mrbench.runner_impl.errors import ModelLoadError
 from mrbench.runner_impl.model import (
@@ -17,7 +18,6 @@ from mrbench.runner_impl.model import (
     load_model,
     load_tokenizer,
 )
-from mrbench.runner_impl.model.random_llama import make_tiny_llama
 
 ATOL = 1e-4
 SEQ_LENS = (13, 9, 21, 5)
@@ -192,7 +192,7 @@ def test_forward_has_no_host_sync(model, seqs):
 
 
 def test_tied_embeddings_match_hf(tmp_path):
-    path = make_tiny_llama(tmp_path / "tied", num_hidden_layers=1, tie_word_embeddings=True, seed=3)
+    path = tiny_llama(tmp_path / "tied", num_hidden_layers=1, tie_word_embeddings=True, seed=3)
     assert not any(k.startswith("lm_head") for k in load_file(path / "model.safetensors"))
     model, config = load_model(path, torch.float32, "cpu")
     assert config.tie_word_embeddings
@@ -217,14 +217,6 @@ def test_sharded_checkpoint_loads(tiny_model_dir, tmp_path, model):
     sharded, _ = load_model(path, torch.float32, "cpu")
     for (name, a), b in zip(model.state_dict().items(), sharded.state_dict().values()):
         assert torch.equal(a, b), name
-
-
-def test_make_tiny_llama_is_deterministic(tmp_path):
-    kwargs = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2)
-    a = make_tiny_llama(tmp_path / "a", **kwargs)
-    b = make_tiny_llama(tmp_path / "b", **kwargs)
-    for name in ("model.safetensors", "config.json", "tokenizer.json"):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
 def test_draft_model_shares_tokenizer(tiny_model_dir, tiny_draft_model_dir):
@@ -259,24 +251,20 @@ def test_error_not_a_dir(tmp_path):
         load_model(tmp_path / "file", torch.float32, "cpu")
 
 
-def test_error_missing_config(tiny_model_dir, tmp_path):
+def _write_config(text):
+    return lambda path: (path / "config.json").write_text(text)
+
+
+@pytest.mark.parametrize("spoil, error", [
+    (lambda path: (path / "config.json").unlink(), "config.json not found"),
+    (_write_config('{\n  "vocab_size": 96,\n  oops\n}'),
+     r"config.json is not valid JSON \(line 3\)"),
+    (lambda path: (path / "model.safetensors").unlink(), "no weights"),
+], ids=["missing-config", "malformed-config", "missing-weights"])
+def test_error_a_missing_or_malformed_file(tiny_model_dir, tmp_path, spoil, error):
     path = _copy(tiny_model_dir, tmp_path)
-    (path / "config.json").unlink()
-    with pytest.raises(ModelLoadError, match="config.json not found"):
-        load_model(path, torch.float32, "cpu")
-
-
-def test_error_malformed_config(tiny_model_dir, tmp_path):
-    path = _copy(tiny_model_dir, tmp_path)
-    (path / "config.json").write_text('{\n  "vocab_size": 96,\n  oops\n}')
-    with pytest.raises(ModelLoadError, match=r"config.json is not valid JSON \(line 3\)"):
-        load_model(path, torch.float32, "cpu")
-
-
-def test_error_missing_weights(tiny_model_dir, tmp_path):
-    path = _copy(tiny_model_dir, tmp_path)
-    (path / "model.safetensors").unlink()
-    with pytest.raises(ModelLoadError, match="no weights"):
+    spoil(path)
+    with pytest.raises(ModelLoadError, match=error):
         load_model(path, torch.float32, "cpu")
 
 

@@ -52,7 +52,7 @@ def test_a_made_model_carries_an_eagle_head_in_vllms_format(tmp_path, capsys):
     one: the bundled trained head's tensors at the preset's shape (no input norm, no
     embedding, no lm_head: vLLM shares the target's), its own draws, named in the sidecar,
     and used by eagle spec decode on that model when the workload names no head."""
-    from mrbench.harness.run.targets.vllm_args import eagle_head
+    from mrbench.harness.run.targets.vllm.engine_args import eagle_head
     from mrbench.contract import EngineOptions
     from mrbench.runner_impl.default_model import DEFAULT_EAGLE_DIR
     out = _make(tmp_path, "tiny")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mrbench.contract import BadInput
-from mrbench.harness.campaigns.campaign import aggregate_power, ruler_pct
+from mrbench.harness.campaigns.power import aggregate_power, ruler_pct
 from mrbench.harness.cli import main
 from mrbench.harness.record.run_record import RunSummary, Verdict
 from mrbench.harness.record.study_record import ReadBack, read_calibration, read_power_study

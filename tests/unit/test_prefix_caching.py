@@ -247,7 +247,7 @@ def test_prefix_hit_slot_mapping_breaks_cache_hits(tiny_model_dir, shared_prompt
 # -- the vllm target: the same options by vLLM's names, its counters by ours ----------------
 
 def test_the_kv_cache_options_are_vllms_engine_arguments():
-    from mrbench.harness.run.targets.vllm_args import llm_kwargs
+    from mrbench.harness.run.targets.vllm.engine_args import llm_kwargs
     side = SideSpec("v2", device="cuda", target="vllm")
     kw = llm_kwargs(side, EngineOptions(num_kv_blocks=17, block_size=32,
                                         enable_prefix_caching=True), "/m", 512)
@@ -261,7 +261,7 @@ def test_the_kv_cache_options_are_vllms_engine_arguments():
 def test_vllms_kv_counters_are_read_under_the_bundled_names():
     from types import SimpleNamespace
 
-    from mrbench.harness.run.targets.vllm_engine import VllmEngine
+    from mrbench.harness.run.targets.vllm.engine import VllmEngine
     metrics = [SimpleNamespace(name="vllm:num_preemptions", value=3),
                SimpleNamespace(name="vllm:prefix_cache_queries", value=200),
                SimpleNamespace(name="vllm:prefix_cache_hits", value=64),

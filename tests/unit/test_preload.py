@@ -1,13 +1,13 @@
-"""Engine processes forked from a preloading process (harness.run.preload): they run with
+"""Engine processes forked from a preloading process (harness.run.engines.preload): they run with
 their code imported once, see the harness's environment of the moment they were asked for,
 and are spawned instead where the preloading process cannot serve."""
 import pytest
 import support.env_probe  # noqa: F401  (registers the "envprobe" target in this process)
 
 from mrbench.contract import EngineOptions
-from mrbench.harness.run import preload
+from mrbench.harness.run.engines import preload
+from mrbench.harness.run.engines.worker import HostPool
 from mrbench.harness.run.targets.base import SideSpec
-from mrbench.harness.run.worker import HostPool
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from support.history_runs import write_run
 from test_report import assert_self_contained, scan
 
 from mrbench.harness.record.campaign_record import FaultMatrix
-from mrbench.harness.campaigns.campaign import aggregate_calibration, aggregate_power
+from mrbench.harness.campaigns.calibrate import aggregate_calibration
+from mrbench.harness.campaigns.power import aggregate_power
 from mrbench.harness.cli import main
 from mrbench.harness.record import history
 from mrbench.harness.record.metrics import LATENCY

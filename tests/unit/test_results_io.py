@@ -222,9 +222,9 @@ def test_a_bad_faults_json_is_one_line_for_report_markdown(tmp_path, capsys, tex
 def test_a_campaigns_result_is_stamped_with_the_format(tmp_path):
     """faults.json, calibration.json and power.json carry results_format like a manifest,
     so a reader can refuse a newer one (read_campaign)."""
-    from mrbench.harness.campaigns.campaign import _guarded
+    from mrbench.harness.campaigns.campaign import guarded
     from mrbench.harness.record.results import read_campaign
     from mrbench.harness.record.study_record import PowerStudy
     study = PowerStudy(suite="s", n=0, power_target=0.8, results_format=1)
-    res, path = _guarded(tmp_path / "camp", lambda camp: study)
+    res, path = guarded(tmp_path / "camp", lambda camp: study)
     assert read_campaign(path, "power.json")["results_format"] == RESULTS_FORMAT

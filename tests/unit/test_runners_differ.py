@@ -8,7 +8,7 @@ from support.history_runs import write_comparison_run
 
 from mrbench.contract import SideResult
 from mrbench.harness.checks.compare import compare
-from mrbench.harness.checks.history_gate import ratio_checks
+from mrbench.harness.checks.history_gate import history_checks
 from mrbench.harness.record import history
 from mrbench.harness.record.run_record import ACROSS_RUNS, judged_across_runs
 from mrbench.harness.record.suite import Thresholds
@@ -52,6 +52,5 @@ def test_the_history_keeps_a_reported_v2_v1_ratio_and_judges_a_v2_only_slowdown(
     like = dict(target="vllm", suite="s", device="cuda", model="m", baseline="v1",
                 candidate="v2", run_dir="/tonight")
     assert len(history.earlier_ratios(db, like, "w", "median_step_ms")) == 3
-    [c] = ratio_checks([_latency("vllm", "v1", "v2", slow=1.27).to_json_dict()], like, db,
-                       lambda w: TH)
-    assert c["metric"] == "median_step_ms_vs_history" and c["verdict"] == "regression"
+    [c] = history_checks([_latency("vllm", "v1", "v2", slow=1.27)], like, db, lambda w: TH)
+    assert c.metric == "median_step_ms_vs_history" and c.verdict == "regression"

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from support.models import tiny_llama
 from support.runner import make_prompts
 
 from mrbench.contract import Sampling, SideResult
@@ -14,7 +15,6 @@ from mrbench.harness.checks.correctness import agreement_check
 from mrbench.harness.record.references import params_hash
 from mrbench.harness.record.suite import Thresholds
 from mrbench.runner_impl import COVERAGE_FAULTS, FAULTS, LLM, RunnerError, SamplingParams
-from mrbench.runner_impl.model.random_llama import make_tiny_llama
 from mrbench.runner_impl.sampler import (
     BatchParams, LogitBias, Penalties, apply_min_p, process_raw_logits, sample, target_probs)
 from mrbench.workloads.sampled import OFF, SETS, WORKLOAD, Params
@@ -149,7 +149,7 @@ def generate(model_dir, name: str, runner: str = "v2", faults=()) -> list[list[i
 def sweep_model_dir(tmp_path_factory):
     """The tiny random Llama with weights at std 1.0 (the shared one has 0.2): logits spread
     wide enough that every set's fault has streams to break within a few tokens."""
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny_llama_std1"), init_std=1.0)
+    return tiny_llama(tmp_path_factory.mktemp("tiny_llama_std1"), init_std=1.0)
 
 
 @pytest.fixture(scope="module")

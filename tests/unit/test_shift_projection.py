@@ -54,7 +54,7 @@ def test_projection_without_runs_is_not_a_number_and_mismatch_is_an_error() -> N
 
 
 def test_latency_bar_follows_the_suite_and_entry_overrides() -> None:
-    from mrbench.harness.campaigns.campaign import latency_bar
+    from mrbench.harness.campaigns.readings import latency_bar
     from mrbench.harness.record.suite import Suite
     suite = Suite.model_validate(dict(
         name="s", thresholds=dict(latency_rel=0.05, median_rel=0.03),

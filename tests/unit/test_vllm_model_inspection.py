@@ -1,12 +1,12 @@
 """vLLM's model-class inspection in a fork of the engine's process
-(harness/run/targets/vllm_model_inspection.py): the same answer as vLLM's subprocess, from
+(harness/run/targets/vllm/model_inspection.py): the same answer as vLLM's subprocess, from
 another process, and vLLM's own subprocess whenever the fork does not answer."""
 import os
 
 import pytest
 
-from mrbench.harness.run.targets.vllm_args import installed_version
-from mrbench.harness.run.targets.vllm_model_inspection import inspection_in_fork, run_in_fork
+from mrbench.harness.run.targets.vllm.environment import installed_version
+from mrbench.harness.run.targets.vllm.model_inspection import inspection_in_fork, run_in_fork
 
 
 def test_the_answer_comes_from_another_process():

@@ -33,7 +33,7 @@ from mrbench.harness.record import history
 from mrbench.harness.record.metrics import LATENCY, PERCENTILES, SUMMARY_FIELDS
 from mrbench.harness.record.results import load_side, read_manifest, read_summary
 from mrbench.harness.record.suite import load_suite
-from mrbench.harness.run.bench_import import import_bench
+from mrbench.harness.commands.vllm_bench import import_bench
 from mrbench.harness.run.execute import completion_row
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "vllm_bench"

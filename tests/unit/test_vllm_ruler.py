@@ -1,4 +1,4 @@
-"""`slow-step:PCT` on the vllm target (harness/run/targets/vllm_ruler.py), without vLLM: the
+"""`slow-step:PCT` on the vllm target (harness/run/targets/vllm/ruler.py), without vLLM: the
 ruler spins PCT % of each step's own time at its end; the target accepts the ruler on either
 runner and refuses a malformed one."""
 import time
@@ -6,9 +6,12 @@ import time
 import pytest
 
 from mrbench.contract import BadInput
+from mrbench.harness.run import faults as fault_registry
 from mrbench.harness.run.targets import vllm as vllm_target
-from mrbench.harness.run.targets import vllm_args, vllm_ruler
 from mrbench.harness.run.targets.base import SideSpec
+from mrbench.harness.run.targets.vllm import engine_args as vllm_arguments
+from mrbench.harness.run.targets.vllm import environment as vllm_environment
+from mrbench.harness.run.targets.vllm import ruler as vllm_ruler
 
 def _busy(seconds: float) -> None:
     until = time.perf_counter() + seconds
@@ -41,15 +44,15 @@ def test_the_ruler_records_what_it_does():
 
 
 def test_the_ruler_is_split_from_the_historic_faults():
-    assert vllm_ruler.split(()) == ((), None)
-    assert vllm_ruler.split(("seq-lens-sync", "slow-step:7.5")) == (("seq-lens-sync",), 7.5)
+    assert fault_registry.split(()) == ((), None)
+    assert fault_registry.split(("seq-lens-sync", "slow-step:7.5")) == (("seq-lens-sync",), 7.5)
     for bad, words in (("slow-step", "write slow-step:PCT"), ("slow-step:abc", "write"),
                        ("slow-step:0", "PCT must be"), ("slow-step:-5", "PCT must be"),
                        ("slow-step:5000", "PCT must be")):
         with pytest.raises(BadInput, match=words):
-            vllm_ruler.split((bad,))
+            fault_registry.split((bad,))
     with pytest.raises(BadInput, match="one slow-step:PCT per side"):
-        vllm_ruler.split(("slow-step:10", "slow-step:20"))
+        fault_registry.split(("slow-step:10", "slow-step:20"))
 
 
 def _validate(monkeypatch, side: SideSpec, version: str | None = "0.26.0",
@@ -89,8 +92,8 @@ def test_a_slowed_side_never_shares_an_engine_with_a_clean_one():
     clean = SideSpec("v1", target="vllm")
     slowed = SideSpec("v1", target="vllm", faults=("slow-step:20",))
     opts = EngineOptions()
-    assert vllm_args.engine_key(clean, opts, "/m", 64) != \
-        vllm_args.engine_key(slowed, opts, "/m", 64)
+    assert vllm_arguments.engine_key(clean, opts, "/m", 64) != \
+        vllm_arguments.engine_key(slowed, opts, "/m", 64)
 
 
 def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
@@ -99,12 +102,12 @@ def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
     import name 'LLM'" instead of skipping, and validate would not say "needs vLLM")."""
     from importlib.machinery import ModuleSpec
     folder = ModuleSpec("vllm", None, is_package=True)          # origin None: a folder
-    monkeypatch.setattr(vllm_args.importlib.util, "find_spec", lambda name: folder)
-    assert vllm_args.installed_version() is None
+    monkeypatch.setattr(vllm_environment.importlib.util, "find_spec", lambda name: folder)
+    assert vllm_environment.installed_version() is None
     real = ModuleSpec("vllm", None, origin="/site/vllm/__init__.py")
-    monkeypatch.setattr(vllm_args.importlib.util, "find_spec", lambda name: real)
-    monkeypatch.setattr(vllm_args, "version", lambda dist: "0.26.0")
-    assert vllm_args.installed_version() == "0.26.0"
+    monkeypatch.setattr(vllm_environment.importlib.util, "find_spec", lambda name: real)
+    monkeypatch.setattr(vllm_environment, "version", lambda dist: "0.26.0")
+    assert vllm_environment.installed_version() == "0.26.0"
 
 
 def test_on_cpu_the_ruler_spins_the_host_only():

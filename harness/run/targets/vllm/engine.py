@@ -4,7 +4,7 @@ A session of the vllm target holds one of these (colocated) or two (a PD pair: t
 "prefill" and the "decode" instance). Each is a `vllm.LLM` whose engine core runs in this
 process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so its scheduler and scheduler-side KV
 connector are plain objects here, and so is its model runner unless vLLM's multiprocessing
-executor holds it in a worker (tensor parallel, a PD pair with drafts: vllm_ranks.py measures
+executor holds it in a worker (tensor parallel, a PD pair with drafts: ranks.py measures
 it there). The engine records each step's `SchedulerOutput` (request and token counts,
 dispatch class) and, for the state audit, reads V2's host mirror and its device truth.
 """
@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mrbench.contract import AuditSample
+from mrbench.contract import AuditSample, TokenLogprob
 
-from ...measure.prefill_chunks import PrefillChunks
+from ....measure.prefill_chunks import PrefillChunks
 
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "spec_num_drafts",
                 "vllm:spec_decode_num_draft_tokens": "spec_num_draft_tokens",
@@ -228,3 +228,20 @@ class StepWatchdog:
                 self.on_stuck(f"mrbench: the {cur[0]} engine has been in one step for more "
                               f"than {self.limit_s:g} s (a KV transfer that never completes? "
                               f"{STEP_LIMIT_ENV} sets the limit); ending its process")
+
+
+def token_logprobs(token_ids: list[int], positions: Any, n: int) -> list[TokenLogprob] | None:
+    """vLLM's logprobs of a completion (per position a dict token id -> `Logprob`, holding
+    the generated token and the top-`n` by rank) as mrbench's: None when vLLM returned
+    none. The generated token's entry has its rank among the whole vocabulary, or its
+    place in the top-`n` where it is one of them (vLLM writes that one last)."""
+    if positions is None:
+        return None
+    out = []
+    for tok, pos in zip(token_ids, positions):
+        own = pos[tok]
+        ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in pos.items()
+                        if lp.rank is not None and lp.rank <= n)
+        out.append(TokenLogprob(float(own.logprob), int(own.rank),
+                                [(int(tid), float(lp)) for _, tid, lp in ranked[:n]]))
+    return out

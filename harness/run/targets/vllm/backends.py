@@ -15,9 +15,9 @@ a backend it never ran. A backend this machine lacks is "unsupported here", with
 - on CUDA it must take the GPU's compute capability, the model's head size and dtype, and
   the model's kind of attention (MLA or not): the backend's own `supports_*` and `is_mla`
   class methods, where that vLLM has them.
-What vLLM still refuses at start is mapped to "unsupported here" too (vllm_args.start_error).
+What vLLM still refuses at start is mapped to "unsupported here" too (environment.start_error).
 
-The probe runs in the side's own interpreter (vllm_engine_args.probe_command: another
+The probe runs in the side's own interpreter (engine_args.probe_command: another
 build's vLLM has another registry), once per backend, interpreter, device and model shape.
 """
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 from mrbench.contract import EngineOptions
 
-from .base import SideSpec
-from .vllm_engine_args import VERSION_PROBE, probe_command, run_probe
+from ..base import SideSpec
+from .engine_args import VERSION_PROBE, probe_command, run_probe
 
 AUTO = "auto"                 # vLLM's own choice (AttentionConfig.validate_backend_before)
 CPU_BACKEND = "CPU_ATTN"      # the one backend vLLM's CPU platform builds for dense models

@@ -2,17 +2,18 @@
 (several at once), reused while their key is wanted, and rebuilt when their start compiled
 kernels.
 
-A run asks the bank for a start group of its plan (harness.engine_plan) before the group's
+A run asks the bank for a start group of its plan (harness.run.engines.plan) before the group's
 first workload. The bank closes every engine outside the group (its memory is needed),
 keeps those inside it that are already resident while their peers are too (a campaign
 whose sides both stay unchanged: `calibrate` starts each side's engines once; an engine
 kept across runs is never measured against a freshly started peer, `_older_than_peers`
 says why), and starts the rest, up to `starts_at_once` together: each engine is sent "open"
-and answered as it finishes (harness.worker.PendingOpen). Every start is recorded: when it began and ended,
-how many other starts it overlapped, and what it wrote to the kernel-compile caches.
+and answered as it finishes (harness.run.engines.worker.PendingOpen). Every start is recorded: when
+it began and ended, how many other starts it overlapped, and what it wrote to the kernel-compile
+caches.
 
-Rebuilding (harness.compile_cache says why): an engine whose start wrote to those caches is
-started again in a new process before it is measured, and once more where that start still
+Rebuilding (harness.run.engines.compile_cache says why): an engine whose start wrote to those caches
+is started again in a new process before it is measured, and once more where that start still
 wrote, less (`_rebuild`). Starts that overlap share the caches, so one that loaded
 everything can see another's writes as its own; it is then rebuilt too, which costs a start
 and never measures a process that compiled.
@@ -28,12 +29,12 @@ from multiprocessing.connection import wait as wait_for
 from pathlib import Path
 from typing import Any, Callable
 
+from ..progress import Progress
+from ..targets.base import Unsupported, get_target
 from .compile_cache import cache_dirs, counting_writes, describe, file_counts, new_files
-from .engine_plan import PlannedEngine, StartGroup
+from .plan import PlannedEngine, StartGroup
 from .preload import Preloader
-from .progress import Progress
 from .start_phases import describe_phases, phases_of
-from .targets.base import Unsupported, get_target
 from .worker import EngineTimeout, HostPool, shutdown_all
 
 BankKey = tuple[str, Any]          # (side, the target's engine key)
@@ -70,8 +71,8 @@ class EngineBank:
     failed: dict[BankKey, Exception] = field(default_factory=dict)   # this run's failed starts
     run: int = -1
     starts: list[dict] = field(default_factory=list)   # every start of the current run
-    # the preloading processes of the current run (harness.preload), by log, and those whose
-    # outcome the progress log said; whether the current round's engines are forked
+    # the preloading processes of the current run (harness.run.engines.preload), by log, and those
+    # whose outcome the progress log said; whether the current round's engines are forked
     preloads: dict[Path, Preloader] = field(default_factory=dict)
     announced: set[Path] = field(default_factory=set)
     forking: bool = False
@@ -272,9 +273,9 @@ class EngineBank:
         """Whether the engines of `todo` are forked (every preloading process they need has
         finished its imports) or all spawned. Never waited for: a start that waited for the
         preloading process's imports took longer than one that imported its own beside the
-        others (warm, H200: 127 s for `quick` against 101 s), so the first round of a run
-        spawns while the imports run in the background, and its rebuilds and later rounds
-        fork. One way for a whole round, so that the two sides of a shape start alike."""
+        others (docs/performance.md, "Time to verdict on the vllm target"), so the first round of a
+        run spawns while the imports run in the background, and its rebuilds and later rounds fork.
+        One way for a whole round, so that the two sides of a shape start alike."""
         if self.settings.in_process:
             return False
         pres = [self.pool.preloader(e.spec, self.logs) for _, e in todo]

@@ -1,7 +1,11 @@
-"""The bundled target: runner_impl in this process (V2 MRv2-style, or the V1 reference)."""
+"""The bundled target: runner_impl in this process (V2 MRv2-style, or the V1 reference).
+
+This package is the harness's one door to the bundled runner (import-linter's
+`runner-behind-bundled` contract): beside the target, the runner as an lm-eval model
+(`lm_eval.py`) and the pieces other targets and commands borrow (`runner_parts.py`).
+"""
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
@@ -29,16 +33,21 @@ from mrbench.runner_impl import (
     SamplingParams,
 )
 from mrbench.runner_impl.default_model import default_model_dir
-from mrbench.runner_impl.faults import slow_step_pct
 from mrbench.runner_impl.model.loader import check_weights, load_config, load_tokenizer
 from mrbench.runner_impl.model.random_presets import is_random_weights
 
-from ...measure import phases
-from ...measure.prefill_chunks import PrefillChunks
-from . import open_loop
-from .base import PD_GPUS_ENV, Footprint, SideSpec, register
+from ....measure import phases
+from ....measure.prefill_chunks import PrefillChunks
+from ... import faults as fault_registry
+from ...faults import Fault, FaultKind
+from .. import open_loop
+from ..base import Footprint, SideSpec, register
 
 RUNNERS = ("v2", "v1")
+fault_registry.register("bundled", [
+    *(Fault(f.name, FaultKind.RUNNER, f.bug_class) for f in FAULTS.values()),
+    *(Fault(f.name, FaultKind.RUNNER, f.bug_class, coverage=True)
+      for f in COVERAGE_FAULTS.values())])
 # The bundled model's attention (runner_impl/model/llama.py), by the name a suite's
 # `attention_backend` gives it: one backend per device and dtype, no choice
 BACKEND_KINDS = {"TORCH": "reference paged attention",
@@ -302,10 +311,11 @@ ENGINE_HOST_BYTES = 1 << 30         # one engine process (torch imported, the mo
 @register("bundled")
 class BundledTarget:
     name = "bundled"
+    fault_owner = "bundled"       # a target built on this one offers the bundled runner's faults
     reopen_in_process = True      # an engine process may host its sessions one after another
 
     def preload(self, side: SideSpec) -> tuple[tuple[str, ...], dict[str, str]]:
-        """What the process engine processes are forked from imports (harness.run.preload):
+        """What the process engine processes are forked from imports (harness.run.engines.preload):
         torch and this target, as every bundled engine process does; no environment of its
         own."""
         return ("torch", __name__), {}
@@ -316,15 +326,12 @@ class BundledTarget:
         if side.build:
             raise BadInput(f"bundled@{side.build}: a build names a vLLM environment; the "
                            "bundled runner is the harness's own code (use vllm@BUILD:RUNNER)")
-        if os.environ.get(PD_GPUS_ENV):
+        if side.pd_gpus:
             raise BadInput("--pd-gpus places a vLLM PD pair's runners on two GPUs; the "
                            "bundled runner's pair runs in one process on the side's device")
         for f in side.faults:
-            try:
-                if slow_step_pct(f) is not None:       # the latency ruler, slow-step:PCT
-                    continue
-            except ValueError as e:
-                raise BadInput(str(e)) from None
+            if fault_registry.ruler_pct(f) is not None:   # the latency ruler, slow-step:PCT
+                continue
             if f not in KNOWN_FAULTS:
                 raise BadInput(f"unknown fault {f!r}; known: {', '.join(sorted(KNOWN_FAULTS))}, "
                                "slow-step:PCT")
@@ -352,8 +359,8 @@ class BundledTarget:
         return load_config(side.model or default_model_dir()).max_position_embeddings
 
     def info(self) -> dict[str, Any]:
-        return dict(runners=list(RUNNERS), faults=sorted(FAULTS),
-                    coverage_faults=sorted(COVERAGE_FAULTS))
+        return dict(runners=list(RUNNERS), faults=fault_registry.catch_matrix(self.fault_owner),
+                    coverage_faults=fault_registry.coverage_faults(self.fault_owner))
 
     def unsupported(self, side: SideSpec, options: EngineOptions,
                     needs: frozenset[str] = frozenset()) -> str | None:

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...measure import phases
-from ...measure.profiler import count_per_step, start_profile, stop_profile
+from ....measure import phases
+from ....measure.profiler import count_per_step, start_profile, stop_profile
 
 _STATE = "_mrbench_rank"                  # the rank's own measurement state, on its worker
 
@@ -55,7 +55,7 @@ class _RankState:
     # (start, end, ruler ms, KV connector seconds) of each step with tokens since the
     # session last took them
     times: list[tuple[float, float, float | None, float]] = field(default_factory=list)
-    ruler: Any = None                    # vllm_ruler.StepRuler where the side has one
+    ruler: Any = None                    # ruler.StepRuler where the side has one
 
 
 def _open_step(state: _RankState, scheduler_output: Any) -> None:
@@ -75,7 +75,7 @@ def _open_step(state: _RankState, scheduler_output: Any) -> None:
 def _transfer_s() -> float:
     """The worker-side KV connector's seconds since the last take (0 where this process
     runs no connector: vLLM imports its module only for a PD engine)."""
-    mod = sys.modules.get(f"{__package__}.vllm_kv_connector")
+    mod = sys.modules.get(f"{__package__}.kv_connector")
     return mod.take_transfer_s() if mod is not None else 0.0
 
 
@@ -125,12 +125,13 @@ def install_on_rank(worker: Any, runner: str, faults: tuple[str, ...],
     """In the rank: apply the side's vLLM faults where the process did not inherit them (a
     spawned worker), label the runner's phases, cut and time steps, and put the slow-step
     ruler where the step is timed; what it attached, and where."""
-    from . import vllm_faults, vllm_ruler
+    from .faults import apply as apply_faults
+    from .ruler import StepRuler
     w = _inner(worker)
-    applied = vllm_faults.apply(faults) if faults else []
+    applied = apply_faults(faults) if faults else []
     probe = phases.install(w.model_runner, phases.VLLM_V2 if runner == "v2" else phases.VLLM_V1)
     import torch
-    state = _RankState(ruler=vllm_ruler.StepRuler(
+    state = _RankState(ruler=StepRuler(
         ruler_pct, "cuda" if torch.cuda.is_available() else "cpu") if ruler_pct else None)
     setattr(w, _STATE, state)
     _cut_steps(w, state)
@@ -250,7 +251,7 @@ class Ranks:
 
     def audit(self, instance: str) -> list[tuple[str, int, int]]:
         """(rank's name, max, min) of mirror - truth on each rank of the engine that holds
-        requests (harness.run.targets.vllm_engine.VllmEngine.audit says what is read)."""
+        requests (harness.run.targets.vllm.engine.VllmEngine.audit says what is read)."""
         got = self.llms[instance].collective_rpc(audit_on_rank)
         return [(self._name(instance, r), hi, lo) for r, g in enumerate(got)
                 if g is not None for hi, lo in [g]]

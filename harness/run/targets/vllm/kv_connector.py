@@ -50,7 +50,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 )
 from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
-from ...measure.phases import TRANSFER_LABEL
+from ....measure.phases import TRANSFER_LABEL
 
 try:             # vLLM's own exemption for deliberate bulk copies from its sync checker
     from vllm.utils.gpu_sync_debug import gpu_sync_allowed

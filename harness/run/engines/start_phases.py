@@ -1,10 +1,10 @@
 """Where an engine start's time went, for the manifest (`engines.starts[].phases`), the
 progress line's "engine ready" and the report's table of starts.
 
-Why: a start is most of a vLLM run's time (a fresh `quick` on an H200: 12 starts of 83-140 s,
-then their rebuilds, against 80 s of workloads), and what it spends is not one thing: a new
-process's imports, vLLM's model inspection and compile, graph capture, the runner's warmup.
-A change meant to shorten one of them is judged by this split, run by run, not by the total.
+Why: a start is most of a vLLM run's time on a fresh GPU machine (docs/performance.md, "Time to
+verdict on the vllm target"), and what it spends is not one thing: a new process's imports, vLLM's
+model inspection and compile, graph capture, the runner's warmup. A change meant to shorten one of
+them is judged by this split, run by run, not by the total.
 """
 from __future__ import annotations
 

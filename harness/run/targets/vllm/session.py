@@ -11,10 +11,8 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,61 +24,36 @@ from mrbench.contract import (
     Sampling,
     Step,
     TimedPrompt,
-    TokenLogprob,
 )
-from mrbench.runner_impl.model.random_presets import is_random_weights
-from mrbench.runner_impl.thread_clock import thread_clock
 
-from ...measure import phases
-from . import open_loop, vllm_dispatch, vllm_engine_args, vllm_faults, vllm_ranks, vllm_ruler
-from .base import SideSpec, Unsupported, engine_args_of
-from .vllm_args import (
-    PD_CONNECTOR,
-    SAMPLERS,
+from ....measure import phases
+from ... import faults as fault_registry
+from .. import open_loop
+from ..base import SideSpec, Unsupported
+from ..bundled.runner_parts import thread_clock
+from . import dispatch, faults, ranks, ruler
+from .engine import StepWatchdog, VllmEngine, token_logprobs
+from .engine_args import llm_kwargs, pd_block_size, pd_engine_kwargs
+from .environment import (
     engine_env,
-    engine_key,
-    installed_version,
-    llm_kwargs,
-    pd_block_size,
-    pd_engine_kwargs,
-    pd_gpus,
-    pd_instance_gpu,
+    kv_connector_module,
     planned_kv_cache_bytes,
     runners_in_workers,
     start_error,
     tensor_parallel,
     unsupported_reason,
-    vllm_commit,
-    vllm_kv_connector,
+    visible_gpu,
     weight_bytes,
 )
-from .vllm_engine import StepWatchdog, VllmEngine
-from .vllm_model_inspection import inspection_in_fork
-
-_TORCH_SYNC_WARNING = "called a synchronizing CUDA operation"
-
-
-def token_logprobs(token_ids: list[int], positions: Any, n: int) -> list[TokenLogprob] | None:
-    """vLLM's logprobs of a completion (per position a dict token id -> `Logprob`, holding
-    the generated token and the top-`n` by rank) as mrbench's: None when vLLM returned
-    none. The generated token's entry has its rank among the whole vocabulary, or its
-    place in the top-`n` where it is one of them (vLLM writes that one last)."""
-    if positions is None:
-        return None
-    out = []
-    for tok, pos in zip(token_ids, positions):
-        own = pos[tok]
-        ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in pos.items()
-                        if lp.rank is not None and lp.rank <= n)
-        out.append(TokenLogprob(float(own.logprob), int(own.rank),
-                                [(int(tid), float(lp)) for _, tid, lp in ranked[:n]]))
-    return out
+from .model_inspection import inspection_in_fork
+from .record import record_of
+from .sync_check import SyncWarnings
 
 
 class VllmSession:
     """One side of a comparison on real vLLM: one engine (colocated), or a PD pair - a
     prefill engine and a decode engine joined by vLLM's KV connector
-    (harness/run/targets/vllm_kv_connector.py), both running the side's runner.
+    (harness/run/targets/vllm/kv_connector.py), both running the side's runner.
 
     A PD request goes the way vLLM's own disaggregation proxy sends it: to the prefill
     engine with max_tokens = 1 (its token is dropped), then, once that finished, with its
@@ -90,20 +63,20 @@ class VllmSession:
     step; the request row has the prefill part and the connector time (`prefill_ms`,
     `kv_handoff_ms`), and its ITL is the decode engine's alone.
 
-    Where vLLM runs the runners in its workers (`vllm_args.runners_in_workers`: tensor
+    Where vLLM runs the runners in its workers (`environment.runners_in_workers`: tensor
     parallel, a PD pair with drafts), `ranks` measures each engine's runner there; the
     engine cores stay here, stepped by this session."""
 
     step_label = phases.STEP_LABEL
 
     def __init__(self, side: SideSpec, options: EngineOptions, model: str,
-                 max_model_len: int, sync_check: str | None = None) -> None:
+                 max_model_len: int) -> None:
         began = time.perf_counter()
         why = unsupported_reason(side, options)
         if why:
             raise Unsupported(why)
         self.tp = tensor_parallel(side, options)
-        os.environ.update(engine_env(side, sync_check, self.tp))
+        os.environ.update(engine_env(side, self.tp))
         if side.device.startswith("cuda:"):          # this engine's process sees one GPU
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", side.device.split(":", 1)[1])
         self.side, self.options, self.model = side, options, model
@@ -111,39 +84,34 @@ class VllmSession:
         self.phase_labels = dict(phases.PHASE_LABELS)
         if self.pd:
             self.phase_labels[phases.TRANSFER_PHASE] = phases.TRANSFER_LABEL
-        self._sync_warnings = 0
-        self._sync_sites: Counter[str] = Counter()
-        self._sync_steps = 0
-        self.sync_check = sync_check
-        if sync_check:
-            self._count_sync_warnings()
-        historic, self.ruler_pct = vllm_ruler.split(side.faults)
-        self.faults_applied = vllm_faults.apply(historic) if historic else []
-        self.ruler = (vllm_ruler.StepRuler(self.ruler_pct, side.device) if self.ruler_pct
+        self.sync = SyncWarnings(side.vllm_sync_check)
+        historic, self.ruler_pct = fault_registry.split(side.faults)
+        self.faults_applied = faults.apply(historic) if historic else []
+        self.ruler = (ruler.StepRuler(self.ruler_pct, side.device) if self.ruler_pct
                       else None)
         # CPU vLLM: no graph classes; runners in vLLM's workers: not read there yet
         self.in_workers = runners_in_workers(side, options)
         self.reads_dispatch = side.device.startswith("cuda") and not self.in_workers
         if self.reads_dispatch:
-            vllm_dispatch.install()      # before the engine exists: its warmup is recorded
+            dispatch.install()      # before the engine exists: its warmup is recorded
         kw = llm_kwargs(side, options, model, max_model_len)
         if side.device.startswith("cuda"):
             kw["kv_cache_memory_bytes"] = planned_kv_cache_bytes(
                 kw["gpu_memory_utilization"], torch.cuda.mem_get_info()[1], weight_bytes(model))
         self._kv_dir: str | None = None
         self.engines: dict[str, VllmEngine] = {}
-        self.ranks: vllm_ranks.Ranks | None = None
+        self.ranks: ranks.Ranks | None = None
         if self.pd:
             self._kv_dir = tempfile.mkdtemp(prefix="mrbench-kv-",
                                             dir=os.environ.get("MRBENCH_KV_DIR") or None)
             roles = (("prefill", "kv_producer"), ("decode", "kv_consumer"))
         else:
             roles = (("colocated", None),)
-        self.gpus = pd_gpus() if self.pd else None
+        self.gpus = side.pd_gpus if self.pd else None
         for i, (instance, role) in enumerate(roles):
             ekw = pd_engine_kwargs(kw, role, self._kv_dir) if role else kw
             try:
-                with self._placed(i), inspection_in_fork():
+                with visible_gpu(self.gpus, i), inspection_in_fork():
                     self.engines[instance] = VllmEngine(instance, ekw)
             except Exception as e:
                 self.close()
@@ -167,11 +135,11 @@ class VllmSession:
                     f"VLLM_USE_V2_MODEL_RUNNER={engine_env(side)['VLLM_USE_V2_MODEL_RUNNER']}"
                     f" but its {e.instance} engine built {e.runner_class()} ({got})")
             if self.reads_dispatch:
-                vllm_dispatch.serving(e.runner())
+                dispatch.serving(e.runner())
         # runners in vLLM's workers (tensor parallel, or a process per runner): each rank's
-        # runner is labelled, profiled and audited in its own worker (vllm_ranks);
+        # runner is labelled, profiled and audited in its own worker (ranks);
         # otherwise each engine's one runner here
-        self.ranks = (vllm_ranks.Ranks({n: e.llm for n, e in self.engines.items()},
+        self.ranks = (ranks.Ranks({n: e.llm for n, e in self.engines.items()},
                                        side.runner, tuple(historic), self.ruler_pct)
                       if self.in_workers else None)
         if self.ruler is not None:       # in the workers, where the steps are timed
@@ -200,59 +168,15 @@ class VllmSession:
         # the harness's instrumentation after the engines: probes, workers' ranks, tokenizer
         self.start_phases["after_engine_s"] = round(time.perf_counter() - built[-1][1], 3)
 
-    @contextlib.contextmanager
-    def _placed(self, instance_index: int):
-        """With `--pd-gpus`, the engine built inside sees only its own GPU: vLLM's
-        multiprocessing executor spawns the runner's worker while the engine is built, and
-        the worker takes its device from the environment it inherits (its local rank 0)."""
-        if self.gpus is None:
-            yield
-            return
-        before = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = pd_instance_gpu(self.gpus[instance_index], before)
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = before
-
     @property
     def _front(self) -> VllmEngine:
         """Where requests enter: the only engine, or the prefill engine of a pair."""
         return self.engines["prefill" if self.pd else "colocated"]
 
     @property
-    def _back(self) -> VllmEngine:
+    def back(self) -> VllmEngine:
         """Where tokens come from: the only engine, or the decode engine of a pair."""
         return self.engines["decode" if self.pd else "colocated"]
-
-    @staticmethod
-    def _sync_check_armed() -> bool:
-        try:
-            from vllm.utils import gpu_sync_debug  # lazy: vLLM is optional (the vllm target only)
-        except ImportError:
-            return False
-        return bool(getattr(gpu_sync_debug, "_sync_check_enabled", False))
-
-    def _count_sync_warnings(self) -> None:
-        """Count every sync-check warning (torch's sync debug mode, which vLLM turns on
-        around execute_model / sample_tokens): Python shows a warning once per site by
-        default, so the filter says "always", and only a site's first one reaches the log."""
-        warnings.filterwarnings("always", message=f".*{_TORCH_SYNC_WARNING}")
-        prev = warnings.showwarning
-
-        def show(message, category, filename, lineno, file=None, line=None):
-            if _TORCH_SYNC_WARNING not in str(message):
-                return prev(message, category, filename, lineno, file, line)
-            self._sync_warnings += 1
-            site = f"{filename}:{lineno}"
-            self._sync_sites[site] += 1
-            if self._sync_sites[site] == 1:
-                return prev(message, category, filename, lineno, file, line)
-            return None
-        warnings.showwarning = show
 
     def _counter_totals(self) -> dict[str, float]:
         out: Counter[str] = Counter()
@@ -326,11 +250,11 @@ class VllmSession:
                                f"{type(ex).__name__}: {ex}") from ex
         t1 = time.perf_counter()
         clock = thread_clock().since(clock0)
-        self._sync_steps += 1
+        self.sync.steps += 1
         if self.pd:
             moved = self._moved_by(e)
             if self.ranks is None:
-                self._share_transfer(moved, vllm_kv_connector().take_transfer_s())
+                self._share_transfer(moved, kv_connector_module().take_transfer_s())
             elif ran and moved:        # its seconds come with the step's workers' times
                 self._moves[len(self._steps)] = moved
         if ran:
@@ -368,7 +292,7 @@ class VllmSession:
         m = o.metrics
         scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
         self._prefill[rid] = (scheduled or None, t_done)
-        self._back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])},
+        self.back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])},
                        self._params.pop(rid))
 
     def _moved_by(self, e: VllmEngine) -> dict[str, int]:
@@ -458,26 +382,23 @@ class VllmSession:
     def dispatch_log(self) -> list[tuple[str, str]]:
         """(phase, batch class) of every step the runner executed since the engine was
         built: "warmup", "dummy" (runs that warm nothing), "serve" (mrbench.harness.run.targets.
-        vllm_dispatch says what each runner's warmup is); a PD pair's two runners one after
+        dispatch says what each runner's warmup is); a PD pair's two runners one after
         the other. Empty on CPU, where vLLM compiles one generic shape and dispatches no
         CUDA-graph classes: the check is not made."""
         if not self.reads_dispatch:
             return []
-        return [x for e in self.engines.values() for x in vllm_dispatch.log(e.runner())]
+        return [x for e in self.engines.values() for x in dispatch.log(e.runner())]
 
     def counters(self) -> dict[str, float]:
         now = self._counter_totals()
         out = {k: v - self._counters0.get(k, 0.0) for k, v in now.items()}
         out.update({k: float(v) for k, v in self._pd_totals.items()})
-        for e in self.engines.values():             # prefill chunks (vllm_engine counts)
+        for e in self.engines.values():             # prefill chunks (engine counts)
             for k, v in e.chunks.counters().items():
                 out[k] = out.get(k, 0.0) + v
         if self.ranks is not None:
             out["worker_untimed_steps"] = float(self._worker_untimed)
-        if self.sync_check:
-            out.update(sync_check_warnings=float(self._sync_warnings),
-                       sync_check_steps=float(self._sync_steps),
-                       sync_check_armed=float(self._sync_check_armed()))
+        out.update(self.sync.counters())
         return out
 
     def fits(self, prompt: str, max_tokens: int) -> bool:
@@ -492,9 +413,8 @@ class VllmSession:
         """Where the runners run in vLLM's workers, a step's time is the runner's, taken in
         its worker: from the first rank's `execute_model` to the last rank's end of
         `sample_tokens`. Here the engine core only hands the batch to the workers, and
-        with async scheduling its step call returns before they are done (V2's PD pair on
-        an H200: a median step call of 0.46 ms against 2.36 ms with the runners in this
-        process). The session's and the workers' steps with tokens are matched in order;
+        with async scheduling its step call returns before they are done (docs/vllm-gpu.md, "A
+        process per runner"). The session's and the workers' steps with tokens are matched in order;
         where their numbers differ, the steps keep the engine core's times and the run
         says how many (`worker_untimed_steps`). A PD step's KV transfer seconds come with
         its times (taken in the worker at the step's end, not by a call per step, which
@@ -533,7 +453,7 @@ class VllmSession:
         self._steps = []
         self._counters0 = self._counter_totals()
         self._pd_totals = Counter()
-        self._sync_warnings = self._sync_steps = 0
+        self.sync.reset()
         self._audits = []
         for e in self.engines.values():
             e.chunks.reset()
@@ -542,82 +462,9 @@ class VllmSession:
         return list(self._audits)
 
     def resolved(self) -> dict[str, Any]:
-        import vllm  # lazy: vLLM is optional (the vllm target only)
-        back = self._back
-        cfg = back.engine.vllm_config
-        mc, sc = cfg.model_config, cfg.scheduler_config
-        cg = getattr(cfg.compilation_config, "cudagraph_mode", None)
-        user_args = engine_args_of(self.side, self.options)
-        out = dict(target="vllm", runner="v2" if cfg.use_v2_model_runner
-                   else "v1", runner_class=(self.ranks.runner_class(back.instance)
-                                            if self.ranks else back.runner_class()),
-                   sync_free=self.side.runner == "v2",
-                   sampler=SAMPLERS["v2" if cfg.use_v2_model_runner else "v1"],
-                   engine_name=f"vLLM {getattr(vllm, '__version__', installed_version())}",
-                   vllm_version=getattr(vllm, "__version__", installed_version()),
-                   vllm_commit=vllm_commit(), vllm_dir=str(Path(vllm.__file__).parent),
-                   build=self.side.build,
-                   attention_backend=", ".join(
-                       self.ranks.attention_backends(back.instance) if self.ranks
-                       else back.attention_backends()) or "unknown",
-                   cudagraph_mode=getattr(cg, "name", str(cg)) if cg is not None else "NONE",
-                   kv_cache=back.kv_cache(),
-                   phase_probe=self._probe(back.instance),
-                   tensor_parallel=(self.ranks.resolved(back.instance)
-                                    if self.ranks and self.tp > 1 else None),
-                   # each engine's runner processes, where vLLM's workers hold them
-                   runner_processes=({n: self.ranks.resolved(n) for n in self.engines}
-                                     if self.ranks else None),
-                   step_time=("the runner's in its workers: the first rank's execute_model "
-                              "to the last rank's end of sample_tokens" if self.ranks
-                              else "the engine's step call, in this process"),
-                   sync_check=dict(mode=self.sync_check, armed=self._sync_check_armed(),
-                                   sites=dict(self._sync_sites.most_common(8)))
-                   if self.sync_check else None,
-                   sync_check_sites=dict(self._sync_sites.most_common(8)),
-                   fault_patches=self.faults_applied,
-                   env={k: os.environ.get(k) for k in (
-                       "VLLM_USE_V2_MODEL_RUNNER", "VLLM_ENABLE_V1_MULTIPROCESSING",
-                       "VLLM_GPU_SYNC_CHECK", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_AOT_COMPILE",
-                       "VLLM_CACHE_ROOT")},
-                   device=self.side.device, dtype=str(mc.dtype).removeprefix("torch."),
-                   model=self.model, random_weights=is_random_weights(self.model),
-                   faults=list(self.side.faults), seed=self.side.seed,
-                   startup_s=round(self.startup_s, 3),
-                   engine=dict(max_num_seqs=sc.max_num_seqs,
-                               max_num_batched_tokens=sc.max_num_batched_tokens,
-                               max_model_len=mc.max_model_len,
-                               async_scheduling=getattr(sc, "async_scheduling", None),
-                               num_speculative_tokens=self.options.num_speculative_tokens,
-                               speculative_method=self.options.speculative_method
-                               if self.options.num_speculative_tokens else None,
-                               pd_disagg=self.pd,
-                               # the user's, as given, and what the engine made of them
-                               engine_args=dict(user_args),
-                               engine_args_read_back=vllm_engine_args.read_back(
-                                   cfg, list(user_args)),
-                               engine_key=engine_key(self.side, self.options, self.model)))
-        if self.pd:
-            out["pd"] = dict(
-                connector=f"{PD_CONNECTOR} (a measuring subclass of vLLM's ExampleConnector, "
-                          f"harness/run/targets/vllm_kv_connector.py)",
-                kv_store="files under a per-session temporary directory",
-                gpus=list(self.gpus) if self.gpus else None,     # --pd-gpus, as asked
-                instances={n: dict(role=r, runner_class=(self.ranks.runner_class(n)
-                                                         if self.ranks else e.runner_class()),
-                                   startup_s=round(e.startup_s, 3), kv_cache=e.kv_cache(),
-                                   # read back: the prefill engine never chunks a prompt
-                                   # (vllm_args.pd_engine_kwargs), so its budget differs
-                                   chunked_prefill=bool(e.engine.vllm_config.scheduler_config
-                                                        .enable_chunked_prefill),
-                                   max_num_batched_tokens=e.engine.vllm_config
-                                   .scheduler_config.max_num_batched_tokens,
-                                   phase_probe=self._probe(n))
-                           for (n, e), r in zip(self.engines.items(),
-                                                ("kv_producer", "kv_consumer"))})
-        return out
+        return record_of(self)
 
-    def _probe(self, instance: str) -> dict[str, Any]:
+    def phase_probe(self, instance: str) -> dict[str, Any]:
         """What one engine's phase labels attached to (in its workers, or here)."""
         return (self.ranks.phase_probe(instance) if self.ranks
                 else self.probes[instance].as_dict())

@@ -17,11 +17,12 @@ imported first; the hooks that would force that (a `.pth` file, `sitecustomize`)
 every Python process of the environment, which we do not want.
 
 We therefore ship `mrbench-lm-eval` (`[project.scripts]`, also `python -m
-mrbench.harness.run.lm_eval_model`): it imports this module, which registers "mrbench", and then runs
-lm-eval's own CLI entry point (`lm_eval.__main__.cli_evaluate`) on the unchanged command
-line. Every lm-eval argument, output file and exit status is lm-eval's; it is the wrapper
-lm-eval's maintainers recommend for out-of-tree models until a plugin mechanism exists
-(#1621). From Python, `import mrbench.harness.run.lm_eval_model` and then
+mrbench.harness.run.targets.bundled.lm_eval`): it imports this module, which registers
+"mrbench", and then runs lm-eval's own CLI entry point (`lm_eval.__main__.cli_evaluate`) on
+the unchanged command line. Every lm-eval argument, output file and exit status is
+lm-eval's; it is the wrapper lm-eval's maintainers recommend for out-of-tree models until a
+plugin mechanism exists (#1621). From Python, `import
+mrbench.harness.run.targets.bundled.lm_eval` and then
 `lm_eval.simple_evaluate(model="mrbench", ...)`, or pass an `MRBenchLM` instance.
 
 model_args (`--model_args runner=v2 seed=0 ...`)
@@ -300,10 +301,12 @@ class MRBenchLM(TemplateLM):
 
 
 # Registered as a lazy "module:Class" placeholder that always names this module, so running
-# it as `python -m mrbench.harness.run.lm_eval_model` (a second copy of the module, __main__) registers
-# the same class, and importing it twice never collides in lm-eval's registry.
+# it as `python -m mrbench.harness.run.targets.bundled.lm_eval` (a second copy of the module,
+# __main__) registers the same class, and importing it twice never collides in lm-eval's
+# registry.
 if MODEL_NAME not in model_registry:
-    model_registry.register(MODEL_NAME, target="mrbench.harness.run.lm_eval_model:MRBenchLM")
+    model_registry.register(
+        MODEL_NAME, target="mrbench.harness.run.targets.bundled.lm_eval:MRBenchLM")
 
 
 def main() -> None:

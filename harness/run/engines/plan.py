@@ -1,9 +1,10 @@
 """The engines a run needs, planned before the first one starts: which shapes, which sides,
 which are resident together, what share of the device each gets, and which start at once.
 
-Why: a vLLM engine start costs 30-120 s (imports, torch.compile, CUDA-graph capture). On an
-H200, twelve starts one after another were ~95 % of a 657 s `quick` whose workloads ran
-35 s. The engines of several workloads can start together and stay resident: their imports,
+Why: a vLLM engine start costs 30-120 s (imports, torch.compile, CUDA-graph capture), and starts one
+after another were most of a `quick` run's time on a GPU (docs/performance.md, "Time to verdict on
+the vllm target"). The engines of several workloads can start together and stay resident: their
+imports,
 compiles and captures overlap, and a campaign (`faults`, `calibrate`, `power`) keeps the
 engines of a side that does not change from one run to the next.
 
@@ -34,14 +35,13 @@ from typing import Any, Callable
 
 from mrbench.contract import EngineOptions
 
-from .engine_args import describe as describe_args
-from .targets.base import Footprint, SideSpec, engine_args_of
+from ..engine_args import describe as describe_args
+from ..targets.base import Footprint, SideSpec, engine_args_of
 
 HOST_MEMORY_SHARE = 0.6              # of the host's RAM that resident engines may take
-# One start a CPU, at most this many: on an H200 host pinned to 14 CPUs (vLLM 0.26, `quick`'s
-# 12 engines) all 12 at once were ready sooner than 7 and then 5, fresh (90 s to every
-# engine compiled, against 103 s) and warm (24-33 s against two rounds to 54 s)
-# (docs/performance.md, "Time to verdict"); more than 16 was never measured.
+# One start a CPU, at most this many: all of `quick`'s 12 engines at once were ready sooner
+# than 7 and then 5, fresh and warm (docs/performance.md, "Time to verdict on the vllm
+# target"); more than 16 was never measured.
 MAX_STARTS_AT_ONCE = 16
 
 

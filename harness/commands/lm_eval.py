@@ -1,6 +1,6 @@
 """`mrbench-lm-eval`'s entry point: lm-eval is an extra, so the command says in one line how
-to get it instead of failing on an import traceback (harness/run/lm_eval_model.py imports
-lm-eval at its top, as lm-eval's model registry needs)."""
+to get it instead of failing on an import traceback (harness/run/targets/bundled/lm_eval.py
+imports lm-eval at its top, as lm-eval's model registry needs)."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,7 +12,7 @@ def main() -> None:
         print("mrbench-lm-eval: lm-eval is not installed: pip install 'mrbench[lm-eval]'",
               file=sys.stderr)
         sys.exit(2)
-    from .lm_eval_model import main as lm_eval_main
+    from ..run.targets.bundled.lm_eval import main as lm_eval_main  # lazy: lm-eval
     lm_eval_main()
 
 
