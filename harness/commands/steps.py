@@ -9,7 +9,7 @@ from pathlib import Path
 from mrbench.contract import BadInput
 from mrbench.workloads import HELD_OUT_SEEDS, STOP, gsm8k_prompts
 
-from ..record import steptrace
+from ..run.targets.bundled import steptrace
 from ..record.errors import EXIT_PASS, EXIT_REGRESSION
 from ..run.targets.bundled.runner_parts import KNOWN_FAULTS, RunnerError
 

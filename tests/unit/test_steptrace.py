@@ -6,7 +6,7 @@ import pytest
 
 from mrbench.contract import BadInput
 from mrbench.harness.cli import main
-from mrbench.harness.record import steptrace
+from mrbench.harness.run.targets.bundled import steptrace
 from mrbench.workloads.prompts import STOP, gsm8k_prompts
 
 
