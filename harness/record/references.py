@@ -33,10 +33,14 @@ IGNORED_PARAMS = ("limit", "wave_size", "scorer", "ks", "proposers", "batch_size
 
 
 def build_key(resolved: dict[str, Any]) -> str:
+    """The reference file's name: engine, runner, device, dtype, torch, and the model's
+    folder where the target names one (the vllm target: its GPU default and `--model tiny`
+    each keep their own counts; the bundled target's model is part of its build)."""
     ver = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    model = resolved.get("model")
     parts = [resolved.get("target"), resolved.get("runner"),
              str(resolved.get("device", "cpu")).split(":")[0], resolved.get("dtype"),
-             f"torch{ver}"]
+             f"torch{ver}"] + ([Path(str(model)).name] if model else [])
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts))
 
 
