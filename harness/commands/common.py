@@ -64,6 +64,11 @@ def run_options(p: argparse.ArgumentParser, candidate_default: str | None = "v2"
                         "decode runner on GPU D (e.g. 0,1), each in a worker process of its "
                         "own; their KV moves through the pair's connector. Default: both on "
                         "the side's GPU")
+    p.add_argument("--kv-connector", choices=["example", "nixl"], default=None,
+                   help="vllm target: the KV connector of a PD pair: vLLM's NixlConnector "
+                        "(nixl: NIXL over UCX, each engine's runner in a worker process, "
+                        "transfers timed per request) or its example connector (example, the "
+                        "default: KV through files, one process)")
     p.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
                    help="share of the GPU all engines resident at once may take together "
                         "(each gets F / engines; default 0.85). vllm target only")
@@ -128,7 +133,8 @@ def isolation_of(a: argparse.Namespace) -> Isolation:
                      else Isolation.gpu_memory_utilization,
                      build_first=a.build_first or Isolation.build_first,
                      cold_engines=a.cold_engines or Isolation.cold_engines,
-                     vllm_sync_check=a.vllm_sync_check or None, pd_gpus=pd_gpus)
+                     vllm_sync_check=a.vllm_sync_check or None, pd_gpus=pd_gpus,
+                     kv_connector=getattr(a, "kv_connector", None) or "example")
 
 
 def percentiles_option(p: argparse.ArgumentParser, default: str) -> None:

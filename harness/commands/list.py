@@ -11,6 +11,7 @@ from ..record.errors import EXIT_PASS
 from ..record.suite import load_suite, shipped_suites
 from ..run.targets.base import TARGETS
 from ..run.targets.bundled.runner_parts import COVERAGE_FAULTS, FAULTS
+from ..run.faults import FaultKind, of_target
 from ..run.targets.vllm.faults import FAULTS as VLLM_FAULTS
 
 
@@ -50,4 +51,8 @@ def main(a: argparse.Namespace) -> int:
     for n, vf in VLLM_FAULTS.items():
         only = f" (not in the default matrix; reached only by {vf.coverage})" if vf.coverage else ""
         print(f"  {n:<24} vLLM PR {vf.pr}, vLLM {', '.join(vf.versions)}: {vf.what}{only}")
+    print("vllm connector faults (--target vllm --kv-connector nixl --fault NAME; any runner):")
+    for n, f in of_target("vllm").items():
+        if f.kind == FaultKind.CONNECTOR:
+            print(f"  {n:<24} {f.what}")
     return EXIT_PASS

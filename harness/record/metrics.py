@@ -44,8 +44,13 @@ LATENCY: dict[str, LatencyMetric] = {m.name: m for m in (
     # medians: a uniform slowdown moves every step; a burst moves a tail, not the median
     LatencyMetric("median_step_ms", "steps", "duration_ms", 50),
     LatencyMetric("median_tpot_ms", "requests", "tpot_ms", 50),
+    # a PD pair's KV hand-off per request (through NIXL: the decode engine's pull, from its
+    # worker's first sight of the request to `get_finished`); only where a suite names it
+    LatencyMetric("p99_kv_handoff_ms", "requests", "kv_handoff_ms", 99),
+    LatencyMetric("median_kv_handoff_ms", "requests", "kv_handoff_ms", 50),
 )}
-LATENCY_METRICS = tuple(LATENCY)        # a suite's default `latency_metrics`, in this order
+# a suite's default `latency_metrics`, in this order: every metric but the KV hand-off's
+LATENCY_METRICS = tuple(m for m in LATENCY if "kv_handoff" not in m)
 
 # The per-side summary's latency figures: mean_/median_/std_/pNN_ NAME _ms, as vLLM's
 # process_one_metric writes them, of each NAME's table and column. vLLM names ttft, tpot,
@@ -55,6 +60,10 @@ LATENCY_METRICS = tuple(LATENCY)        # a suite's default `latency_metrics`, i
 SUMMARY_FIELDS = {"ttft": ("requests", "ttft_ms"), "tpot": ("requests", "tpot_ms"),
                   "itl": ("itl", "itl_ms"), "e2el": ("requests", "e2e_ms"),
                   "step": ("steps", "duration_ms")}
+# The parts of a request's time mrbench records where they apply (queueing, a PD pair's
+# prefill and KV hand-off): summarized the same way, only where a side has the samples.
+REQUEST_PHASES = {"queue": ("requests", "queue_ms"), "kv_handoff": ("requests", "kv_handoff_ms"),
+                  "prefill": ("requests", "prefill_ms")}
 # The pNN_ of the summary unless the suite (`percentiles`) or `mrbench run --percentiles`
 # chooses others, as `vllm bench serve --metric-percentiles` does: vLLM's default (99) and
 # the P90 mrbench has always written.

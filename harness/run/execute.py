@@ -53,6 +53,8 @@ def completion_row(i: int, c: Completion) -> dict:
                prefill_ms=None if c.prefill_done_time is None
                else (c.prefill_done_time - c.arrival_time) * 1e3,
                **request_latency(c))
+    if c.kv_arrived is not None:        # PD through NIXL: what the decode engine pulled
+        row.update(kv_bytes=c.kv_bytes, kv_arrived=c.kv_arrived)
     if c.num_drafts is not None:
         row.update(num_drafts=c.num_drafts, num_draft_tokens=c.num_draft_tokens,
                    num_accepted_tokens=c.num_accepted_tokens)

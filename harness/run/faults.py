@@ -27,6 +27,7 @@ class FaultKind(str, enum.Enum):
     RUNNER = "runner"
     BUILD = "build"
     RULER = "ruler"
+    CONNECTOR = "connector"      # the measuring KV connector's own (the vllm target's NIXL)
 
 
 @dataclass(frozen=True)

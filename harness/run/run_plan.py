@@ -72,9 +72,10 @@ class Isolation:
     kernels was measured to run its host work slower, and keeps on CPU, where that was
     not measured and a vLLM start costs CI tens of seconds. And how many engines start
     together (`--engine-starts`, harness.run.engines.plan): several on a GPU, one on CPU.
-    And two settings of the vllm target's engines, which plan_run stamps on both sides
+    And three settings of the vllm target's engines, which plan_run stamps on both sides
     (`SideSpec`), so that each engine process gets them with its side: vLLM's own sync
-    check (`--vllm-sync-check`) and the GPUs of a PD pair's runners (`--pd-gpus`)."""
+    check (`--vllm-sync-check`), the GPUs of a PD pair's runners (`--pd-gpus`) and a PD
+    pair's KV connector (`--kv-connector`)."""
 
     in_process: bool = False
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
@@ -84,6 +85,7 @@ class Isolation:
     starts_at_once: int | None = None       # None: engines.plan.default_starts_at_once
     vllm_sync_check: str | None = None      # "warn" or "error"; None: off
     pd_gpus: tuple[int, int] | None = None  # (prefill, decode); None: both on the side's GPU
+    kv_connector: str = "example"           # a PD pair's KV connector: example or nixl
 
     def resolved_for(self, devices: set[str]) -> Isolation:
         """This isolation with `cold_engines` "auto" and `starts_at_once` decided for the
@@ -274,7 +276,8 @@ def plan_run(suite: Suite, base: SideSpec, cand: SideSpec, overrides: Overrides,
         raise BadInput("--in-process runs engines in the harness's own environment: a side "
                        "with its own build (TARGET@BUILD:RUNNER) needs its own process")
     iso = isolation.resolved_for({base.device, cand.device})
-    base, cand = (replace(s, vllm_sync_check=iso.vllm_sync_check, pd_gpus=iso.pd_gpus)
+    base, cand = (replace(s, vllm_sync_check=iso.vllm_sync_check, pd_gpus=iso.pd_gpus,
+                          kv_connector=iso.kv_connector)
                   for s in (base, cand))
     targets = {s.target: get_target(s.target) for s in (base, cand)}
     if save_reference and (cand.faults or base.faults):

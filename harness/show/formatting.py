@@ -162,6 +162,7 @@ _FAMILY_OF = {
                      "allocs_per_step", "ops_vs_baseline", "ops_vs_reference",
                      "launches_per_step", "launches_vs_baseline"), "counts"),
     "state_audit_violations": "state",
+    "kv_transfers_missing": "correctness",      # a request decoded on KV that never came
     **dict.fromkeys(("unwarmed_dispatch", "chunked_prefill_coverage", "preemption_coverage",
                      "prefix_cache_coverage", "cudagraph_mode"), "coverage"),
 }

@@ -88,6 +88,8 @@ class Completion:
     prefill_done_time: float | None = None      # PD: the prefill instance finished (its
                                                 # part of TTFT = this - arrival_time)
     logprobs: list[TokenLogprob] | None = None  # [i]: output token i's (None: not asked)
+    kv_bytes: int | None = None                 # PD through NIXL: the KV bytes it pulled
+    kv_arrived: bool | None = None              # PD through NIXL: its KV was read, none failed
 
 
 @dataclass(frozen=True)

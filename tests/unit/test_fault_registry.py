@@ -7,6 +7,7 @@ from mrbench.harness.run import faults as fault_registry
 from mrbench.harness.run.faults import FaultKind
 from mrbench.harness.run.targets import get_target
 from mrbench.harness.run.targets.vllm import faults as vllm_faults
+from mrbench.harness.run.targets.vllm.environment import KV_FAULTS
 from mrbench.runner_impl.faults import COVERAGE_FAULTS, FAULTS, SLOW_STEP, SLOW_STEP_MAX
 
 
@@ -17,9 +18,12 @@ def test_both_targets_register_their_faults_by_kind():
     assert fault_registry.catch_matrix("bundled") == sorted(FAULTS)
     assert fault_registry.coverage_faults("bundled") == sorted(COVERAGE_FAULTS)
     vllm = fault_registry.of_target("vllm")
-    assert set(vllm) == set(vllm_faults.FAULTS)
-    assert {f.kind for f in vllm.values()} == {FaultKind.BUILD}
-    assert set(fault_registry.coverage_faults("vllm")) == set(vllm_faults.coverage_faults())
+    assert set(vllm) == set(vllm_faults.FAULTS) | set(KV_FAULTS)
+    assert {f.kind for f in vllm.values()} == {FaultKind.BUILD, FaultKind.CONNECTOR}
+    assert {n for n, f in vllm.items() if f.kind == FaultKind.CONNECTOR} == set(KV_FAULTS)
+    # the measuring connector's faults are reached only through NIXL: named, never defaulted
+    assert set(fault_registry.coverage_faults("vllm")) == \
+        set(vllm_faults.coverage_faults()) | set(KV_FAULTS)
 
 
 def test_a_target_lists_what_the_registry_holds():

@@ -30,7 +30,7 @@ from mrbench.harness.checks.regate import regate
 from mrbench.harness.checks.spec import spec_summary
 from mrbench.harness.measure.latency import inter_token_latencies, step_rows
 from mrbench.harness.record import history
-from mrbench.harness.record.metrics import LATENCY, PERCENTILES, SUMMARY_FIELDS
+from mrbench.harness.record.metrics import LATENCY, PERCENTILES, REQUEST_PHASES, SUMMARY_FIELDS
 from mrbench.harness.record.results import load_side, read_manifest, read_summary
 from mrbench.harness.record.suite import load_suite
 from mrbench.harness.commands.vllm_bench import import_bench
@@ -116,7 +116,7 @@ def test_every_figure_a_run_shares_with_vllm_has_vllms_name():
 def test_gate_metrics_with_a_vllm_counterpart_use_its_name():
     """A gated latency is named as the summary names its statistic, which is vLLM's for
     TTFT, TPOT, ITL and E2EL: p99_e2el_ms, not p99_e2e_ms."""
-    by_source = {source: name for name, source in SUMMARY_FIELDS.items()}
+    by_source = {source: name for name, source in {**SUMMARY_FIELDS, **REQUEST_PHASES}.items()}
     for metric in LATENCY.values():
         name = by_source[(metric.table, metric.column)]
         stat = "median" if metric.quantile == 50 else f"p{metric.quantile}"

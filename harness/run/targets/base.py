@@ -34,6 +34,7 @@ class SideSpec:
     vllm_sync_check: str | None = None   # `--vllm-sync-check`: vLLM's VLLM_GPU_SYNC_CHECK
     pd_gpus: tuple[int, int] | None = None   # `--pd-gpus P,D`: a PD pair's prefill and
                                              # decode GPUs, as the harness's process sees them
+    kv_connector: str = "example"        # `--kv-connector`: a PD pair's KV connector
 
 
 def engine_args_of(side: SideSpec, options: EngineOptions) -> FrozenArgs:

@@ -72,6 +72,7 @@ from .engine_args import eagle_head, engine_key
 from .environment import (
     ENGINE_HOST_BYTES,
     ENGINE_OVERHEAD_BYTES,
+    KV_FAULTS,
     engine_env,
     installed_version,
     min_kv_bytes,
@@ -87,6 +88,9 @@ CAPABILITIES = frozenset({"dispatch_log", "pd"})   # what workloads may need
 fault_registry.register("vllm", (
     Fault(f.name, FaultKind.BUILD, f.what, coverage=bool(f.coverage))
     for f in faults.FAULTS.values()))
+# the measuring NIXL connector's own faults: reached only by PD through NIXL, so named only
+fault_registry.register("vllm", (Fault(n, FaultKind.CONNECTOR, what, coverage=True)
+                                 for n, what in KV_FAULTS.items()))
 
 
 @register("vllm")
@@ -112,6 +116,15 @@ class VllmTarget:
         have = ((builds.resolve(side.build).vllm_version or "unknown") if side.build
                 else installed_version())
         historic, _ = fault_registry.split(side.faults)   # the slow-step ruler: any runner
+        connector_faults = [f for f in historic if f in KV_FAULTS]   # any runner too
+        historic = tuple(f for f in historic if f not in KV_FAULTS)
+        if connector_faults and side.kv_connector != "nixl":
+            raise BadInput(f"{connector_faults[0]} is a fault of the measuring NIXL connector: "
+                           f"it needs --kv-connector nixl (and a PD workload)")
+        if len(connector_faults) > 1:
+            raise BadInput(f"one NIXL connector fault per side, got {len(connector_faults)}")
+        if side.kv_connector not in ("example", "nixl"):
+            raise BadInput(f"--kv-connector must be example or nixl, got {side.kv_connector!r}")
         if historic:
             if side.runner != "v2":
                 raise BadInput(f"vllm faults put historic Model Runner V2 bugs back; the "

@@ -261,6 +261,7 @@ def read_back(vllm_config: Any, names: list[str]) -> dict[str, Any]:
 PD_BLOCK_SIZE = {"cpu": 32}
 PD_BLOCK_SIZE_GPU = 16
 PD_CONNECTOR = "MrbenchExampleConnector"   # the class in kv_connector.py (vLLM imports it)
+NIXL_CONNECTOR = "MrbenchNixlConnector"    # the class in kv_nixl.py
 
 def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len: int
                ) -> dict[str, Any]:
@@ -306,7 +307,7 @@ def llm_kwargs(side: SideSpec, options: EngineOptions, model: str, max_model_len
         else:
             kw["speculative_config"] = dict(method="draft_model", num_speculative_tokens=k,
                                             model=options.draft_model or model)
-    if options.pd_disagg and (k or side.pd_gpus):
+    if options.pd_disagg and (k or side.pd_gpus or side.kv_connector == "nixl"):
         kw["distributed_executor_backend"] = "mp"     # runners_in_workers says why
     user = engine_args_of(side, options)
     check_owned(user)
@@ -331,16 +332,23 @@ def pd_block_size(device: str) -> int:
     return PD_BLOCK_SIZE.get(device, PD_BLOCK_SIZE_GPU)
 
 
-def pd_connector_config(role: str, store: str | None) -> dict[str, Any]:
-    """`kv_transfer_config` of one engine of a PD pair: vLLM's example connector (with
-    mrbench's measuring subclass, which vLLM imports by module path), its files under the
-    pair's own directory."""
+def pd_connector_config(role: str, store: str | None, connector: str = "example",
+                        device: str = "cpu") -> dict[str, Any]:
+    """`kv_transfer_config` of one engine of a PD pair, with mrbench's measuring subclass
+    (vLLM imports it by module path): vLLM's example connector, its files under the pair's
+    own directory; or NixlConnector, its NIXL buffers where the KV cache is (the host's
+    memory on CPU)."""
+    if connector == "nixl":
+        return dict(kv_connector=NIXL_CONNECTOR, kv_role=role,
+                    kv_connector_module_path="mrbench.harness.run.targets.vllm.kv_nixl",
+                    kv_buffer_device="cpu" if device == "cpu" else "cuda")
     return dict(kv_connector=PD_CONNECTOR, kv_role=role,
                 kv_connector_module_path="mrbench.harness.run.targets.vllm.kv_connector",
                 kv_connector_extra_config=dict(shared_storage_path=store))
 
 
-def pd_engine_kwargs(kw: dict[str, Any], role: str, store: str | None) -> dict[str, Any]:
+def pd_engine_kwargs(kw: dict[str, Any], role: str, store: str | None,
+                     connector: str = "example", device: str = "cpu") -> dict[str, Any]:
     """`vllm.LLM(...)` arguments of one engine of a PD pair: the side's, plus its connector.
 
     The prefill engine (`kv_producer`) never splits a prompt across steps. vLLM's example
@@ -351,9 +359,10 @@ def pd_engine_kwargs(kw: dict[str, Any], role: str, store: str | None) -> dict[s
     [144, 4, 64]": nightly's 32-prompt PD waves over the 2048-token step budget, both
     runners). Without chunked prefill the scheduler leaves a prompt that does not fit for
     the next step instead, and vLLM asks a step budget of at least `max_model_len` for that.
-    The decode engine keeps the workload's budget: it only loads and decodes."""
-    ekw = dict(kw, kv_transfer_config=pd_connector_config(role, store))
-    if role == "kv_producer":
+    The decode engine keeps the workload's budget: it only loads and decodes. NixlConnector
+    moves a request's blocks once it finished, so its prefill engine keeps them."""
+    ekw = dict(kw, kv_transfer_config=pd_connector_config(role, store, connector, device))
+    if role == "kv_producer" and connector == "example":
         ekw.update(enable_chunked_prefill=False,
                    max_num_batched_tokens=max(kw["max_num_batched_tokens"],
                                               kw["max_model_len"]))
@@ -369,5 +378,6 @@ def engine_key(side: SideSpec, options: EngineOptions, model: str,
     kw = llm_kwargs(side, options, model, max_model_len or 0)
     return json.dumps(dict(kw=kw, env=engine_env(side, tensor_parallel(side, options)),
                            faults=list(side.faults), pd=options.pd_disagg,
-                           pd_gpus=side.pd_gpus if options.pd_disagg else None),
+                           pd_gpus=side.pd_gpus if options.pd_disagg else None,
+                           kv_connector=side.kv_connector if options.pd_disagg else None),
                       sort_keys=True, default=str)

@@ -86,6 +86,8 @@ def engine_env(side: SideSpec, tp: int = 1) -> dict[str, str]:
     env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
     if side.vllm_sync_check:
         env["VLLM_GPU_SYNC_CHECK"] = side.vllm_sync_check
+    if kv_faults(side):            # read by the measuring NIXL connector in each worker
+        env[KV_FAULT_ENV] = kv_faults(side)[0]
     return env
 
 
@@ -209,9 +211,34 @@ def runners_in_workers(side: SideSpec, options: EngineOptions) -> bool:
     workers (a worker is where a GPU of its own can be given; `uni` is refused there)."""
     backend = engine_args_of(side, options).get("distributed_executor_backend")
     if backend is None and options.pd_disagg and (options.num_speculative_tokens
-                                                  or side.pd_gpus):
+                                                  or side.pd_gpus or nixl(side, options)):
         backend = "mp"
     return tensor_parallel(side, options) > 1 or backend == "mp"
+
+
+KV_FAULT_ENV = "MRBENCH_KV_FAULT"        # the measuring NIXL connector's fault (kv_nixl.py)
+KV_FAULTS = {
+    "kv-transfer-dropped": "the measuring NIXL connector withholds one request's READ in "
+                           "every 8 and reports it received anyway: the decode engine "
+                           "computes on KV that never arrived (as vLLM PR 38698's never-built "
+                           "connector metadata lost transfers)",
+    "kv-transfer-stalled": "the measuring NIXL connector withholds one request's READ in "
+                           "every 8 and never reports it: the request waits for KV that never "
+                           "comes",
+}
+
+
+def nixl(side: SideSpec, options: EngineOptions) -> bool:
+    """Whether this side's PD pair moves its KV through NixlConnector (`--kv-connector
+    nixl`). Each engine's runner then runs in a worker of its own: NIXL's agent and its
+    side channel live in the worker-side connector, which vLLM keeps in a process global,
+    so two engines' workers in one process would share one."""
+    return options.pd_disagg and side.kv_connector == "nixl"
+
+
+def kv_faults(side: SideSpec) -> list[str]:
+    """The side's faults of the measuring NIXL connector (not vLLM patches)."""
+    return [f for f in side.faults if f in KV_FAULTS]
 
 
 def parse_pd_gpus(raw: str, device_count: int | None = None) -> tuple[int, int]:
@@ -270,6 +297,20 @@ def cpu_thread_binding(tp: int, cpus: list[int]) -> str | None:
     per = len(cpus) // tp
     groups = [cpus[i * per:(i + 1) * per] for i in range(tp)]
     return "|".join(",".join(map(str, g)) for g in groups)
+
+
+def pd_worker_binding(side: SideSpec, options: EngineOptions, index: int) -> str | None:
+    """VLLM_CPU_OMP_THREADS_BIND of a CPU PD pair's engine `index` (0 prefill, 1 decode)
+    where each runner has a worker of its own at one rank: the process's CPUs split in
+    two, one half each; None elsewhere (vLLM's own binding, or engine_env's per rank)."""
+    if side.device != "cpu" or not options.pd_disagg or not runners_in_workers(side, options) \
+            or tensor_parallel(side, options) > 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return ",".join(map(str, cpus[:half] if index == 0 else cpus[half:]))
 
 
 # vLLM's own refusals of a feature at engine start: its V2 runner's, and an attention

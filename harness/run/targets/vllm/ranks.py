@@ -72,11 +72,21 @@ def _open_step(state: _RankState, scheduler_output: Any) -> None:
     state.scheduled.append(state.open_scheduled)
 
 
+CONNECTOR_MODULES = ("kv_connector", "kv_nixl")   # the measuring connectors vLLM imports
+
+
 def _transfer_s() -> float:
     """The worker-side KV connector's seconds since the last take (0 where this process
     runs no connector: vLLM imports its module only for a PD engine)."""
-    mod = sys.modules.get(f"{__package__}.kv_connector")
-    return mod.take_transfer_s() if mod is not None else 0.0
+    return sum(mod.take_transfer_s() for m in CONNECTOR_MODULES
+               if (mod := sys.modules.get(f"{__package__}.{m}")) is not None)
+
+
+def kv_transfers_on_rank(worker: Any) -> list[dict[str, Any]]:
+    """In the rank: the NIXL connector's per-request transfer records since the last take
+    (kv_nixl.take_transfers; none where the rank runs another connector)."""
+    mod = sys.modules.get(f"{__package__}.kv_nixl")
+    return mod.take_transfers() if mod is not None else []
 
 
 def _close_step(state: _RankState) -> None:
@@ -261,6 +271,11 @@ class Ranks:
         step with tokens since the last call: from its `execute_model` to the end of its
         `sample_tokens`."""
         return self.llms[instance].collective_rpc(take_times_on_rank)
+
+    def kv_transfers(self, instance: str) -> list[list[dict[str, Any]]]:
+        """Per rank of the engine, the KV transfer records its NIXL connector took since
+        the last call (kv_nixl.py)."""
+        return self.llms[instance].collective_rpc(kv_transfers_on_rank)
 
     def attention_backends(self, instance: str) -> list[str]:
         return self.llms[instance].collective_rpc(backends_on_rank)[0]

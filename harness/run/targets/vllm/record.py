@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import engine_args_of
 from ..bundled.runner_parts import is_random_weights
 from . import engine_args
-from .engine_args import PD_CONNECTOR, engine_key
+from .engine_args import NIXL_CONNECTOR, PD_CONNECTOR, engine_key
 from .environment import SAMPLERS, installed_version, vllm_commit
 
 if TYPE_CHECKING:
@@ -74,9 +74,13 @@ def record_of(s: VllmSession) -> dict[str, Any]:
                            engine_key=engine_key(s.side, s.options, s.model)))
     if s.pd:
         out["pd"] = dict(
-            connector=f"{PD_CONNECTOR} (a measuring subclass of vLLM's ExampleConnector, "
+            connector=f"{NIXL_CONNECTOR} (a measuring subclass of vLLM's NixlConnector, "
+                      f"harness/run/targets/vllm/kv_nixl.py)" if s.nixl else
+                      f"{PD_CONNECTOR} (a measuring subclass of vLLM's ExampleConnector, "
                       f"harness/run/targets/vllm/kv_connector.py)",
-            kv_store="files under a per-session temporary directory",
+            kv_store=("the prefill engine's KV cache, pulled by the decode engine's worker "
+                      "(NIXL READ over UCX)") if s.nixl else
+                     "files under a per-session temporary directory",
             gpus=list(s.gpus) if s.gpus else None,     # --pd-gpus, as asked
             instances={n: dict(role=r, runner_class=(s.ranks.runner_class(n)
                                                      if s.ranks else e.runner_class()),

@@ -12,7 +12,6 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -31,12 +30,15 @@ from ... import faults as fault_registry
 from .. import open_loop
 from ..base import SideSpec, Unsupported
 from ..bundled.runner_parts import thread_clock
-from . import dispatch, faults, ranks, ruler
+from . import dispatch, faults, pd_nixl, ranks, ruler, worker_times
 from .engine import StepWatchdog, VllmEngine, token_logprobs
 from .engine_args import llm_kwargs, pd_block_size, pd_engine_kwargs
 from .environment import (
     engine_env,
     kv_connector_module,
+    kv_faults,
+    nixl,
+    pd_worker_binding,
     planned_kv_cache_bytes,
     runners_in_workers,
     start_error,
@@ -86,7 +88,10 @@ class VllmSession:
             self.phase_labels[phases.TRANSFER_PHASE] = phases.TRANSFER_LABEL
         self.sync = SyncWarnings(side.vllm_sync_check)
         historic, self.ruler_pct = fault_registry.split(side.faults)
+        historic = tuple(f for f in historic if f not in kv_faults(side))   # in the workers
         self.faults_applied = faults.apply(historic) if historic else []
+        self.faults_applied += [dict(fault=f, function="kv_nixl.MrbenchNixlConnector")
+                                for f in kv_faults(side)]
         self.ruler = (ruler.StepRuler(self.ruler_pct, side.device) if self.ruler_pct
                       else None)
         # CPU vLLM: no graph classes; runners in vLLM's workers: not read there yet
@@ -101,17 +106,23 @@ class VllmSession:
         self._kv_dir: str | None = None
         self.engines: dict[str, VllmEngine] = {}
         self.ranks: ranks.Ranks | None = None
-        if self.pd:
+        self.nixl = nixl(side, options)
+        self.transfers = pd_nixl.Transfers()
+        if self.pd and not self.nixl:
             self._kv_dir = tempfile.mkdtemp(prefix="mrbench-kv-",
                                             dir=os.environ.get("MRBENCH_KV_DIR") or None)
+        if self.pd:
             roles = (("prefill", "kv_producer"), ("decode", "kv_consumer"))
         else:
             roles = (("colocated", None),)
         self.gpus = side.pd_gpus if self.pd else None
         for i, (instance, role) in enumerate(roles):
-            ekw = pd_engine_kwargs(kw, role, self._kv_dir) if role else kw
+            ekw = (pd_engine_kwargs(kw, role, self._kv_dir, side.kv_connector, side.device)
+                   if role else kw)
             try:
-                with visible_gpu(self.gpus, i), inspection_in_fork():
+                with visible_gpu(self.gpus, i), inspection_in_fork(), \
+                        pd_nixl.engine_environment(self.nixl,
+                                                   pd_worker_binding(side, options, i)):
                     self.engines[instance] = VllmEngine(instance, ekw)
             except Exception as e:
                 self.close()
@@ -162,6 +173,7 @@ class VllmSession:
         self._moves: dict[int, dict[str, int]] = {}   # PD in workers: step -> KV it moved
         self._next_id = 0
         self._idle_steps = 0
+        self._kv_wait = pd_nixl.KvWait(f"{side.target}:{side.runner}")
         self._watchdog = StepWatchdog()
         self._counters0 = self._counter_totals()
         self._pd_totals: Counter[str] = Counter()
@@ -196,6 +208,7 @@ class VllmSession:
         self._prefill: dict[str, tuple[float | None, float]] = {}   # PD: scheduled, done
         self._kv_s: Counter[str] = Counter()
         self._kv_loaded: Counter[str] = Counter()
+        self.transfers.clear()
         if self._kv_dir:             # a pass never loads KV a previous pass left behind
             shutil.rmtree(self._kv_dir, ignore_errors=True)
             os.makedirs(self._kv_dir, exist_ok=True)
@@ -206,7 +219,8 @@ class VllmSession:
         self._arrivals[rid] = arrival
         if self.pd:
             self._params[rid] = params
-            params = params.clone()
+            params = (pd_nixl.with_transfer_params(params, pd_nixl.PREFILL_PARAMS)
+                      if self.nixl else params.clone())
             params.max_tokens, params.min_tokens = 1, 0
         self._front.add(rid, prompt, params)
         return rid
@@ -222,6 +236,8 @@ class VllmSession:
             if e.has_unfinished():
                 ran |= self._step_engine(e)
         self._idle_steps = 0 if ran else self._idle_steps + 1
+        if self.nixl and self._kv_wait.waiting(ran, self.back.core()):
+            return
         if self._idle_steps >= 200 and self.has_unfinished():
             stuck = [f"{e.instance} ({len(e.core().scheduler.requests)} requests)"
                      for e in self.engines.values() if e.has_unfinished()]
@@ -292,8 +308,10 @@ class VllmSession:
         m = o.metrics
         scheduled = getattr(m, "scheduled_ts", None) if m is not None else None
         self._prefill[rid] = (scheduled or None, t_done)
-        self.back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])},
-                       self._params.pop(rid))
+        params = self._params.pop(rid)
+        if self.nixl:                   # where the prefill engine keeps the prompt's blocks
+            params = pd_nixl.with_transfer_params(params, o.kv_transfer_params)
+        self.back.add(rid, {"prompt_token_ids": list(o.prompt_token_ids or [])}, params)
 
     def _moved_by(self, e: VllmEngine) -> dict[str, int]:
         """{request: tokens} whose KV the engine's step just scheduled saved or loaded (the
@@ -316,9 +334,14 @@ class VllmSession:
         o = self._done[rid]
         c = o.outputs[0]
         times = list(self._token_times.get(rid, []))
+        kv: pd_nixl.Transfer | None = None
         if self.pd:
             scheduled, prefill_done = self._prefill[rid]
             kv_s = self._kv_s.get(rid, 0.0)
+            if self.nixl:
+                kv = self.transfers.count(rid, self._pd_totals)
+                kv_s = kv.seconds
+                self._kv_loaded[rid] = kv.blocks * pd_block_size(self.side.device)
             self._pd_totals["pd_requests"] += 1
             self._pd_totals["pd_kv_loaded_tokens"] += self._kv_loaded.get(rid, 0)
             blocks = (len(o.prompt_token_ids or []) - 1) // pd_block_size(self.side.device)
@@ -332,6 +355,8 @@ class VllmSession:
                           self._arrivals[rid], times, c.finish_reason, kv_handoff_s=kv_s,
                           first_scheduled_time=scheduled if scheduled else None,
                           prefill_done_time=prefill_done,
+                          kv_bytes=kv.bytes if kv else None,
+                          kv_arrived=kv.arrived if kv else None,
                           logprobs=None if logprobs is None else token_logprobs(
                               c.token_ids, c.logprobs, logprobs))
 
@@ -349,6 +374,8 @@ class VllmSession:
         them)."""
         if self.ranks is not None:
             self._time_in_workers()
+        if self.nixl:
+            self.transfers.take(self.ranks.kv_transfers("decode"))
 
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str],
                  sampling: Sampling | None = None,
@@ -410,39 +437,7 @@ class VllmSession:
         return list(self._steps)
 
     def _time_in_workers(self) -> None:
-        """Where the runners run in vLLM's workers, a step's time is the runner's, taken in
-        its worker: from the first rank's `execute_model` to the last rank's end of
-        `sample_tokens`. Here the engine core only hands the batch to the workers, and
-        with async scheduling its step call returns before they are done (docs/vllm-gpu.md, "A
-        process per runner"). The session's and the workers' steps with tokens are matched in order;
-        where their numbers differ, the steps keep the engine core's times and the run
-        says how many (`worker_untimed_steps`). A PD step's KV transfer seconds come with
-        its times (taken in the worker at the step's end, not by a call per step, which
-        would stand between two steps on the path every token waits on)."""
-        for name in self.engines:
-            mine = [i for i, st in enumerate(self._steps[self._worker_timed:])
-                    if st.instance == name]
-            per_rank = self.ranks.step_times(name)
-            if not mine and not any(per_rank):
-                continue
-            if not per_rank or any(len(t) != len(mine) for t in per_rank):
-                self._worker_untimed += len(mine)
-                for i in mine:                       # their transfer time is unknown
-                    self._moves.pop(self._worker_timed + i, None)
-                continue
-            for j, i in enumerate(mine):
-                k = self._worker_timed + i
-                moved = self._moves.pop(k, None)
-                if moved:
-                    self._share_transfer(moved, max(t[j][3] for t in per_rank))
-                spun = [t[j][2] for t in per_rank if t[j][2] is not None]
-                # this thread's clock covered the engine core's call, not the workers' step
-                self._steps[k] = replace(self._steps[k],
-                                         t_start=min(t[j][0] for t in per_rank),
-                                         t_end=max(t[j][1] for t in per_rank),
-                                         ruler_ms=max(spun) if spun else None,
-                                         cpu_ms=None, invol_switches=None, vol_switches=None)
-        self._worker_timed = len(self._steps)
+        worker_times.time_in_workers(self)
 
     def reset_steps(self) -> None:
         if self.ranks is not None:               # the workers' times of steps gone by
