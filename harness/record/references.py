@@ -40,7 +40,8 @@ def build_key(resolved: dict[str, Any]) -> str:
     model = resolved.get("model")
     parts = [resolved.get("target"), resolved.get("runner"),
              str(resolved.get("device", "cpu")).split(":")[0], resolved.get("dtype"),
-             f"torch{ver}"] + ([Path(str(model)).name] if model else [])
+             f"torch{ver}"] + ([Path(str(model)).name]
+                               if model and resolved.get("target") == "vllm" else [])
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts))
 
 
