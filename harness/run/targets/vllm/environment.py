@@ -16,7 +16,7 @@ import re
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from mrbench.contract import BadInput, EngineOptions
 
@@ -340,9 +340,3 @@ def start_error(e: BaseException, side: SideSpec, options: EngineOptions,
     if instance:
         return RuntimeError(f"{which} engine could not start: {type(e).__name__}: {text[:400]}")
     return e
-
-
-def kv_connector_module() -> Any:
-    """The connector module (imports vLLM: only inside a PD engine's process)."""
-    from . import kv_connector  # lazy: imports vLLM (the vllm target only)
-    return kv_connector

@@ -28,19 +28,13 @@ What the subclass adds, and nothing else:
   replay). Where no such prompt exists, the lookup misses and the decode engine recomputes
   the whole prompt instead (counted as `pd_kv_recomputed`).
 - Measurement: each worker-side call (load before the forward, save per layer, the wait
-  after it) runs inside the profiler range `mrbench::kv_transfer` - so its host syncs and
-  ops count against the transfer, not against the runner's hot path - and its host time is
-  added up until the session takes it after the engine's step (`take_transfer_s`). Like
-  vLLM's later releases do inside this connector, the calls are exempt from vLLM's own sync
-  checker (`gpu_sync_allowed`): the example's copies through host files are deliberate. The
-  scheduler side keeps which requests this step loads or stores and how many tokens each
+  after it) is timed by `kv_timing` (its profiler range, its host seconds, vLLM's sync
+  checker told the example's copies through host files are deliberate). The scheduler side keeps which requests this step loads or stores and how many tokens each
   (`last_step`), so the session can give each request its share of the step's transfer time.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import time
 from typing import Any
 
 import torch
@@ -50,23 +44,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 )
 from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
-from ....measure.phases import TRANSFER_LABEL
-
-try:             # vLLM's own exemption for deliberate bulk copies from its sync checker
-    from vllm.utils.gpu_sync_debug import gpu_sync_allowed
-except ImportError:                      # a release without the checker: nothing to exempt
-    gpu_sync_allowed = contextlib.nullcontext
-
-_worker_transfer_s = 0.0      # worker side: host seconds in connector calls since the last take
-
-
-def take_transfer_s() -> float:
-    """Host seconds the worker-side connector spent since the last call (then zero). One
-    worker connector serves every engine of the process (vLLM keeps it in a module global),
-    so the session takes it after each engine's step, one engine at a time."""
-    global _worker_transfer_s
-    out, _worker_transfer_s = _worker_transfer_s, 0.0
-    return out
+from .kv_timing import timed
 
 
 class MrbenchExampleConnector(ExampleConnector):
@@ -124,21 +102,11 @@ class MrbenchExampleConnector(ExampleConnector):
         return f"{stem}.tp{get_tensor_model_parallel_rank()}-of-{self._tp_ranks}{ext}"
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        self._timed(super().start_load_kv, forward_context, **kwargs)
+        timed(super().start_load_kv, forward_context, **kwargs)
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
                       **kwargs: Any) -> None:
-        self._timed(super().save_kv_layer, layer_name, kv_layer, attn_metadata, **kwargs)
+        timed(super().save_kv_layer, layer_name, kv_layer, attn_metadata, **kwargs)
 
     def wait_for_save(self) -> None:
-        self._timed(super().wait_for_save)
-
-    @staticmethod
-    def _timed(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        global _worker_transfer_s
-        t0 = time.perf_counter()
-        try:
-            with torch.profiler.record_function(TRANSFER_LABEL), gpu_sync_allowed():
-                return fn(*args, **kwargs)
-        finally:
-            _worker_transfer_s += time.perf_counter() - t0
+        timed(super().wait_for_save)

