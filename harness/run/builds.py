@@ -19,6 +19,7 @@ the harness's Python X.Y: its compiled dependencies and the calls' pickles cross
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +56,24 @@ for d in {dists!r}:
 print(json.dumps(dict(sys_path=sys.path, python=list(sys.version_info[:2]),
                       origin=spec.origin if spec else None, version=ver)))
 """
+
+
+@contextlib.contextmanager
+def environ_set(env: Mapping[str, str]) -> Iterator[None]:
+    """Within: `env`'s variables set in this process's environment, where a process started
+    now (an engine's worker, a preloading process) reads them; after, each of those names as
+    it was, unset where it was unset. Only those names: whatever a start wrote to others
+    stays, as the process that wrote it expects."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from typing import Any
 
 from mrbench.contract import BadInput
 
+from ..builds import environ_set
 from ..builds import label as build_label
 
 START_ENV = "MRBENCH_ENGINE_START"      # "auto" (the default), "preload" or "spawn"
@@ -156,26 +157,14 @@ class Preloader:
         self.log.write_text("")
         self.began = time.perf_counter()
         path = list(sys_path) if sys_path is not None else sys.path[:]
-        saved = {k: os.environ.get(k) for k in (LOG_ENV, MODULES_ENV, MAIN_ENV, PATH_ENV,
-                                                "PYTHONPATH", *self.env)}
-        os.environ.update(self.env)
-        os.environ[LOG_ENV] = str(self.log)
-        os.environ[MODULES_ENV] = ",".join(self.modules)
-        os.environ[MAIN_ENV] = _main_path() or ""
         # multiprocessing's forkserver leaves its import path as `python -c` has it (3.11 and
         # 3.12 pass the parent's and ignore it): PYTHONPATH lets it import the preloading
         # module, which then takes the path a spawned engine would have, the build's first
-        os.environ[PATH_ENV] = json.dumps(path)
-        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in path if x)
-        try:
-            with build_environment(python, sys_path):
-                self.server.ensure_running()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        env = {**self.env, LOG_ENV: str(self.log), MODULES_ENV: ",".join(self.modules),
+               MAIN_ENV: _main_path() or "", PATH_ENV: json.dumps(path),
+               "PYTHONPATH": os.pathsep.join(x for x in path if x)}
+        with environ_set(env), build_environment(python, sys_path):
+            self.server.ensure_running()
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Whether its imports finished within `timeout_s` of its start; a process that died

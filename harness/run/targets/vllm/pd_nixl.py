@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ...builds import environ_set
+
 # How long a request may wait for its KV at the decode engine while nothing else runs:
 # a transfer on one machine takes milliseconds, a NIXL handshake well under a second
 KV_WAIT_S = float(os.environ.get("MRBENCH_KV_WAIT_S", "60"))
@@ -48,16 +50,8 @@ def engine_environment(nixl: bool, omp_bind: str | None) -> Iterator[None]:
     # listener thread and wait for that listener forever
     if hasattr(envs, "disable_envs_cache"):
         envs.disable_envs_cache()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ_set(env):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def with_transfer_params(params: Any, kv_transfer_params: dict[str, Any] | None) -> Any:
