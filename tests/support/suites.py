@@ -40,3 +40,32 @@ workloads:
     params: {{mode: colocated, limit: {2 * waves}, max_num_seqs: 2, wave_size: 2, profile_limit: 0,
              max_tokens: {max_tokens}}}
 """
+
+
+# GSM8K and a trace replay, each through a PD pair: the vllm target's PD pairs on CPU against
+# the bundled runner's (tests/vllm: vLLM's example connector, NIXL, a pair with a process per
+# runner). Both entries have one engine shape, so on vLLM one PD pair serves both: a pair's
+# start is most of such a run on CPU (about 40 s through NIXL, where each runner has a worker).
+PD_CPU = """name: pd-cpu
+workloads:
+  - id: gsm8k-pd
+    workload: gsm8k
+    # a 128-token step budget under prompts of 87-256 tokens: the bundled prefill engine
+    # chunks them, vLLM's must not (its example connector stores what the first step held)
+    params: {mode: pd, limit: 8, max_num_seqs: 2, wave_size: 4, profile_limit: 4,
+             max_tokens: 96, max_num_batched_tokens: 128}
+  - id: trace-pd
+    workload: trace-replay
+    # lengths are scaled by 1/32 (trace-replay's length_scale): prompts of 40-160 tokens, so
+    # the same 128-token budget chunks the longer ones on the bundled prefill engine too
+    params: {trace: "synthetic:n=12,rate=20,input=1280-5120,output=8-24", limit: 12,
+             wave_size: 4, max_num_seqs: 2, max_num_batched_tokens: 128, profile_limit: 4}
+"""
+
+
+def pd_cpu_gsm8k_only() -> str:
+    """PD_CPU's GSM8K entry alone: a run that judges one PD workload (a fault, a variant of
+    the pair) and starts nothing for the trace replay."""
+    head, sep, _ = PD_CPU.partition("  - id: trace-pd")
+    assert sep, "PD_CPU lost its trace-pd entry"
+    return head

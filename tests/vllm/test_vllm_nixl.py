@@ -11,22 +11,10 @@ import json
 
 import pandas as pd
 import pytest
+from support.suites import PD_CPU, pd_cpu_gsm8k_only
 
 from mrbench.harness.cli import main
 from mrbench.harness.run.targets.vllm.environment import installed_version
-
-# test_vllm_target.py's PD entries (GSM8K and a trace replay, each through a PD pair)
-PD_SUITE = """name: pd-cpu
-workloads:
-  - id: gsm8k-pd
-    workload: gsm8k
-    params: {mode: pd, limit: 8, max_num_seqs: 2, wave_size: 4, profile_limit: 4,
-             max_tokens: 96, max_num_batched_tokens: 128}
-  - id: trace-pd
-    workload: trace-replay
-    params: {trace: "synthetic:n=12,rate=20,input=1280-5120,output=8-24", limit: 12,
-             wave_size: 4, max_num_seqs: 2, max_num_batched_tokens: 2048, profile_limit: 4}
-"""
 
 needs_nixl = pytest.mark.skipif(
     installed_version() is None or importlib.util.find_spec("nixl") is None,
@@ -50,7 +38,7 @@ def _check(summary, wl, metric):
 
 @needs_nixl
 def test_pd_through_nixl_matches_the_bundled_pd_pair(tmp_path, capsys):
-    code, out, summary = _run(tmp_path, PD_SUITE)
+    code, out, summary = _run(tmp_path, PD_CPU)
     capsys.readouterr()
     assert code == 0 and summary["verdict"] == "pass", summary["failures"]
     manifest = json.loads((out / "manifest.json").read_text())
@@ -76,7 +64,7 @@ def test_pd_through_nixl_matches_the_bundled_pd_pair(tmp_path, capsys):
 
 @needs_nixl
 def test_a_dropped_transfer_is_caught_and_named(tmp_path, capsys):
-    code, out, summary = _run(tmp_path, PD_SUITE.split("  - id: trace-pd")[0],
+    code, out, summary = _run(tmp_path, pd_cpu_gsm8k_only(),
                               "--fault", "kv-transfer-dropped")
     capsys.readouterr()
     assert code == 1 and summary["verdict"] == "regression"

@@ -8,6 +8,7 @@ import os
 from dataclasses import replace
 
 import pytest
+from support.suites import PD_CPU, pd_cpu_gsm8k_only
 
 from mrbench.contract import EngineOptions
 from mrbench.harness.cli import main
@@ -359,22 +360,6 @@ def test_every_vllm_fault_patch_finds_its_line_in_the_installed_release():
             vllm_faults.patched_source(textwrap.dedent(inspect.getsource(fn)), p)
 
 
-PD_SUITE = """name: pd-cpu
-workloads:
-  - id: gsm8k-pd
-    workload: gsm8k
-    # a 128-token step budget under prompts of 87-256 tokens: the bundled prefill engine
-    # chunks them, vLLM's must not (its example connector stores what the first step held)
-    params: {mode: pd, limit: 8, max_num_seqs: 2, wave_size: 4, profile_limit: 4,
-             max_tokens: 96, max_num_batched_tokens: 128}
-  - id: trace-pd
-    workload: trace-replay
-    # lengths are scaled by 1/32 (trace-replay's length_scale): prompts of 40-160 tokens
-    params: {trace: "synthetic:n=12,rate=20,input=1280-5120,output=8-24", limit: 12,
-             wave_size: 4, max_num_seqs: 2, max_num_batched_tokens: 2048, profile_limit: 4}
-"""
-
-
 @needs_vllm
 def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch):
     """Issue 20 on CPU: GSM8K and a trace replay through a vLLM PD pair (a prefill and a
@@ -382,7 +367,7 @@ def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch
     runner's PD pair on the same weights: the same greedy tokens, the decode engine loaded the
     prompts' KV, and each request row splits TTFT into its prefill part and the hand-off."""
     suite = tmp_path / "pd.yaml"
-    suite.write_text(PD_SUITE)
+    suite.write_text(PD_CPU)
     kv_root = tmp_path / "kv"
     kv_root.mkdir()
     monkeypatch.setenv("MRBENCH_KV_DIR", str(kv_root))    # the engine processes inherit it
@@ -403,8 +388,7 @@ def test_pd_on_vllm_v1_matches_the_bundled_pd_pair(tmp_path, capsys, monkeypatch
         inst = cand["pd"]["instances"]           # read back from each engine's scheduler
         assert inst["prefill"]["chunked_prefill"] is False
         assert inst["prefill"]["max_num_batched_tokens"] >= cand["engine"]["max_model_len"]
-        if wl == "gsm8k-pd":
-            assert inst["decode"]["max_num_batched_tokens"] == 128
+        assert inst["decode"]["max_num_batched_tokens"] == 128
         m = summary["metrics"][wl]["candidate"]
         assert m["pd_requests"] > 0 and m["pd_kv_loaded_tokens"] > 0, m
     import pandas as pd
@@ -430,7 +414,7 @@ def test_a_pd_pair_with_a_process_per_runner_measures_what_the_one_process_pair_
     runner's phases counted in its worker, step by step), and the connector's time is taken
     where it ran, in the worker."""
     suite = tmp_path / "pd.yaml"
-    suite.write_text(PD_SUITE.split("  - id: trace-pd")[0])
+    suite.write_text(pd_cpu_gsm8k_only())
     kv_root = tmp_path / "kv"
     kv_root.mkdir()
     monkeypatch.setenv("MRBENCH_KV_DIR", str(kv_root))
