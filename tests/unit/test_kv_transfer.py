@@ -3,6 +3,8 @@ the check that every request's KV arrived, the connector's engine arguments and 
 refusals of its faults where no NIXL pair runs."""
 from __future__ import annotations
 
+import importlib.util
+import socket
 from collections import Counter
 from types import SimpleNamespace
 
@@ -18,7 +20,11 @@ from mrbench.harness.run.targets.vllm.environment import (
     pd_worker_binding,
     runners_in_workers,
 )
-from mrbench.harness.run.targets.vllm.pd_nixl import Transfers, stalled_error
+from mrbench.harness.run.targets.vllm.pd_nixl import (
+    Transfers,
+    side_channel_port,
+    stalled_error,
+)
 
 
 def _rec(rid, t0, t1, read=True, failed=False, blocks=3, nbytes=300):
@@ -122,3 +128,46 @@ def test_a_request_waiting_for_its_kv_past_the_limit_ends_the_pass(monkeypatch):
     w.since = 100.0
     with pytest.raises(RuntimeError, match=r"request\(s\) 7 .*MRBENCH_KV_WAIT_S"):
         w.waiting(False, core)
+
+
+def test_an_engine_gets_the_same_side_channel_port_at_every_start():
+    """vLLM hashes the side channel's port into its compile cache key: a new port each start
+    compiled the engine again (pd_nixl.side_channel_port)."""
+    with side_channel_port("candidate/decode") as first:
+        pass
+    with side_channel_port("candidate/decode") as again:
+        pass
+    with side_channel_port("candidate/prefill") as other:
+        pass
+    assert first == again and other != first
+
+
+def test_two_engines_starting_at_once_with_one_name_take_two_ports():
+    with side_channel_port("aa/decode") as a, side_channel_port("aa/decode") as b:
+        assert a != b
+
+
+def test_a_port_in_use_is_passed_over():
+    with side_channel_port("busy/decode") as usual:
+        pass
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", usual))
+        s.listen()
+        with side_channel_port("busy/decode") as port:
+            assert port != usual
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM")
+def test_vllm_hashes_the_side_channel_port_into_its_compile_key(monkeypatch):
+    """Why the port must stay the same: if a vLLM release stops hashing it, any free port
+    would do again."""
+    envs = pytest.importorskip("vllm.envs")
+    if not hasattr(envs, "compile_factors"):
+        pytest.skip("this vLLM has no compile_factors")
+    if hasattr(envs, "disable_envs_cache"):
+        envs.disable_envs_cache()
+    monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_PORT", "20001")
+    a = envs.compile_factors()
+    monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_PORT", "20002")
+    b = envs.compile_factors()
+    assert a != b

@@ -10,9 +10,12 @@ finishes and returns where they are; then to the decode engine with the prefill 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
+import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,32 +28,76 @@ KV_WAIT_S = float(os.environ.get("MRBENCH_KV_WAIT_S", "60"))
 WAITING = "WAITING_FOR_REMOTE_KVS"        # vLLM's request status while its KV is on the way
 
 
+# Where an engine's side channel listens: a port derived from the engine's name, so that
+# each start of the same engine takes the same port (see side_channel_port)
+PORT_BASE, PORT_SPAN, PORT_TRIES = 20000, 20000, 64
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @contextlib.contextmanager
-def engine_environment(nixl: bool, omp_bind: str | None) -> Iterator[None]:
+def side_channel_port(key: str) -> Iterator[int]:
+    """A port for one engine's NIXL side channel, the same at every start of that engine.
+
+    Why not any free port: vLLM hashes VLLM_NIXL_SIDE_CHANNEL_PORT into its compile cache
+    key (`envs.compile_factors` leaves out the side channel's host but not its port, in
+    0.26 and 0.32), so an engine given a new port at each start compiled its model again
+    every time (24 new files in vLLM's cache a start, on an H100), and the cold-engine rule
+    rebuilt it twice before measuring it as it was. The port is derived from `key` (the
+    side and the engine instance); where that one is taken, the next free one. Within: the
+    port is claimed through a lock file, so two engines starting at once with the same key
+    (an A/A run of one build) take two ports; vLLM's listener binds it before the engine is
+    ready, and from then on the port itself is taken."""
+    start = PORT_BASE + zlib.crc32(key.encode()) % PORT_SPAN
+    for port in range(start, start + PORT_TRIES):
+        path = os.path.join(tempfile.gettempdir(), f"mrbench-nixl-port-{port}.lock")
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:                  # another engine is starting on this port
+            os.close(fd)
+            continue
+        try:
+            if _bindable(port):
+                yield port
+                return
+        finally:
+            os.close(fd)                 # closing the file releases its lock
+    raise RuntimeError(f"no free port for a NIXL side channel in {start}-{start + PORT_TRIES - 1}")
+
+
+@contextlib.contextmanager
+def engine_environment(nixl: bool, omp_bind: str | None, key: str = "") -> Iterator[None]:
     """The environment one engine of a PD pair starts under, where its worker reads it:
-    with NIXL, a free port for its side channel (its handshake listener; two engines of one
-    machine must not share one); on CPU, the CPUs its worker's OpenMP threads take
-    (`omp_bind`, VLLM_CPU_OMP_THREADS_BIND: two workers each spreading over every CPU
-    starve each other's OpenMP barriers: a wave of four short requests took two minutes
-    on two cores)."""
-    env: dict[str, str] = {}
-    if nixl:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            env.update(VLLM_NIXL_SIDE_CHANNEL_PORT=str(s.getsockname()[1]),
+    with NIXL, its side channel's port (its handshake listener; two engines of one machine
+    must not share one; the same port at every start of the engine named `key`:
+    side_channel_port); on CPU, the CPUs its worker's OpenMP threads take (`omp_bind`,
+    VLLM_CPU_OMP_THREADS_BIND: two workers each spreading over every CPU starve each
+    other's OpenMP barriers: a wave of four short requests took two minutes on two
+    cores)."""
+    with contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
+        if nixl:
+            port = stack.enter_context(side_channel_port(key))
+            env.update(VLLM_NIXL_SIDE_CHANNEL_PORT=str(port),
                        VLLM_NIXL_SIDE_CHANNEL_HOST="127.0.0.1")
-    if omp_bind:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind
-    if not env:
-        yield
-        return
-    import vllm.envs as envs  # lazy: the vllm target only
-    # vLLM caches its environment once an engine is up (`enable_envs_cache`): the next
-    # engine of this process would read the first one's port, fail to bind it in its
-    # listener thread and wait for that listener forever
-    if hasattr(envs, "disable_envs_cache"):
-        envs.disable_envs_cache()
-    with environ_set(env):
+        if omp_bind:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind
+        if env:
+            import vllm.envs as envs  # lazy: the vllm target only
+            # vLLM caches its environment once an engine is up (`enable_envs_cache`): the
+            # next engine of this process would read the first one's port, fail to bind it
+            # in its listener thread and wait for that listener forever
+            if hasattr(envs, "disable_envs_cache"):
+                envs.disable_envs_cache()
+            stack.enter_context(environ_set(env))
         yield
 
 

@@ -121,7 +121,8 @@ class VllmSession:
             try:
                 with visible_gpu(self.gpus, i), inspection_in_fork(), \
                         pd_nixl.engine_environment(self.nixl,
-                                                   pd_worker_binding(side, options, i)):
+                                                   pd_worker_binding(side, options, i),
+                                                   key=f"{side!r}/{instance}"):
                     self.engines[instance] = VllmEngine(instance, ekw)
             except Exception as e:
                 self.close()
