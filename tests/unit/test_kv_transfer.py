@@ -171,3 +171,20 @@ def test_vllm_hashes_the_side_channel_port_into_its_compile_key(monkeypatch):
     monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_PORT", "20002")
     b = envs.compile_factors()
     assert a != b
+
+
+def test_a_connector_call_is_timed_inside_the_transfer_range():
+    """Both measuring connectors time their worker calls through kv_timing: the call's ops
+    land in the transfer's profiler range, and its seconds are taken once."""
+    import time
+
+    import torch
+
+    from mrbench.harness.measure.phases import TRANSFER_LABEL
+    from mrbench.harness.run.targets.vllm import kv_timing
+    kv_timing.take()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = kv_timing.timed(lambda t: (time.sleep(0.01), t + 1)[1], torch.ones(2))
+    assert out.tolist() == [2.0, 2.0]
+    assert any(e.name == TRANSFER_LABEL for e in prof.events())
+    assert kv_timing.take() >= 0.01 and kv_timing.take() == 0.0

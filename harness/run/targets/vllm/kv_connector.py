@@ -29,8 +29,9 @@ What the subclass adds, and nothing else:
   the whole prompt instead (counted as `pd_kv_recomputed`).
 - Measurement: each worker-side call (load before the forward, save per layer, the wait
   after it) is timed by `kv_timing` (its profiler range, its host seconds, vLLM's sync
-  checker told the example's copies through host files are deliberate). The scheduler side keeps which requests this step loads or stores and how many tokens each
-  (`last_step`), so the session can give each request its share of the step's transfer time.
+  checker told the example's copies through host files are deliberate). The scheduler side
+  keeps which requests this step loads or stores and how many tokens each (`last_step`),
+  so the session can give each request its share of the step's transfer time.
 """
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable
 
 _seconds = 0.0                 # host seconds in connector calls since the last take
+_tools: tuple[Any, str, Any] | None = None   # resolved at the first timed call (_resolve)
 
 
 def take() -> float:
@@ -28,23 +29,29 @@ def take() -> float:
     return out
 
 
-def _sync_exemption() -> Any:
-    try:         # vLLM's own exemption for deliberate bulk copies from its sync checker
-        from vllm.utils.gpu_sync_debug import gpu_sync_allowed
-    except ImportError:                 # a release without the checker: nothing to exempt
-        return contextlib.nullcontext()
-    return gpu_sync_allowed()
+def _resolve() -> tuple[Any, str, Any]:
+    """The profiler range, its label and vLLM's sync exemption, looked up once: a connector
+    call comes per layer and step, and a failing import searches the path every time."""
+    global _tools
+    if _tools is None:
+        import torch
+
+        from ....measure.phases import TRANSFER_LABEL
+        try:     # vLLM's own exemption for deliberate bulk copies from its sync checker
+            from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+        except ImportError:             # a release without the checker: nothing to exempt
+            gpu_sync_allowed = contextlib.nullcontext
+        _tools = (torch.profiler.record_function, TRANSFER_LABEL, gpu_sync_allowed)
+    return _tools
 
 
 def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` inside the transfer's profiler range, its host time added up."""
     global _seconds
-    import torch
-
-    from ....measure.phases import TRANSFER_LABEL
+    record_function, label, sync_allowed = _resolve()
     t0 = time.perf_counter()
     try:
-        with torch.profiler.record_function(TRANSFER_LABEL), _sync_exemption():
+        with record_function(label), sync_allowed():
             return fn(*args, **kwargs)
     finally:
         _seconds += time.perf_counter() - t0
