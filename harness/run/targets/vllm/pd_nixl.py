@@ -56,8 +56,10 @@ def side_channel_port(key: str) -> Iterator[int]:
     (an A/A run of one build) take two ports; vLLM's listener binds it before the engine is
     ready, and from then on the port itself is taken."""
     start = PORT_BASE + zlib.crc32(key.encode()) % PORT_SPAN
+    locks = os.path.join(tempfile.gettempdir(), "mrbench-nixl-ports")
+    os.makedirs(locks, exist_ok=True)
     for port in range(start, start + PORT_TRIES):
-        path = os.path.join(tempfile.gettempdir(), f"mrbench-nixl-port-{port}.lock")
+        path = os.path.join(locks, f"{port}.lock")
         fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
