@@ -49,7 +49,7 @@ def side_channel_port(key: str) -> Iterator[int]:
     Why not any free port: vLLM hashes VLLM_NIXL_SIDE_CHANNEL_PORT into its compile cache
     key (`envs.compile_factors` leaves out the side channel's host but not its port, in
     0.26 and 0.32), so an engine given a new port at each start compiled its model again
-    every time (24 new files in vLLM's cache a start, on an H100), and the cold-engine rule
+    every time (new files in vLLM's compile cache at each start), and the cold-engine rule
     rebuilt it twice before measuring it as it was. The port is derived from `key` (the
     side and the engine instance); where that one is taken, the next free one. Within: the
     port is claimed through a lock file, so two engines starting at once with the same key
@@ -76,7 +76,7 @@ def side_channel_port(key: str) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def engine_environment(nixl: bool, omp_bind: str | None, key: str = "") -> Iterator[None]:
+def engine_environment(nixl: bool, omp_bind: str | None, key: str) -> Iterator[None]:
     """The environment one engine of a PD pair starts under, where its worker reads it:
     with NIXL, its side channel's port (its handshake listener; two engines of one machine
     must not share one; the same port at every start of the engine named `key`:
