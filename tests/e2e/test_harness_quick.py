@@ -145,7 +145,10 @@ def test_a_uniform_50_percent_slowdown_fails_quick_on_the_median_gates(runs):
                                  "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms", "p99_step_ms"}
     med = next(c for c in summary["checks"]
                if (c["workload"], c["metric"]) == ("gsm8k", "median_step_ms"))
-    assert 0.2 < med["delta"] < 1.0, med
+    # V2's clean excess over V1 times 1.5 is about +70 %; on CPU the step moves by more
+    # than the ruler's share (+131 % seen; docs/detection-power.md, "The ruler"); a ruler
+    # that ran away (its base taking in its own cost without end) goes past 2
+    assert 0.2 < med["delta"] < 2.0, med
     assert all(c["verdict"] == "pass" for c in summary["checks"]
                if c["metric"] == "token_agreement")
 

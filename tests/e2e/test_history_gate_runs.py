@@ -40,7 +40,9 @@ def test_a_slowdown_under_the_own_bar_is_caught_against_the_history(tmp_path):
     code, out = run("clean")
     c, verdict = _check(out, "median_step_ms_vs_history")
     assert c["verdict"] == "pass" and verdict == "pass", c
-    code, out = run("slow", "--fault", "slow-step:80")
+    # 40 %, not nearer the own bar: on CPU the step moves by more than the ruler's share
+    # (docs/detection-power.md, "The ruler": up to ~2x on a slow 2-core machine)
+    code, out = run("slow", "--fault", "slow-step:40")
     own, _ = _check(out, "median_step_ms")
     c, verdict = _check(out, "median_step_ms_vs_history")
     assert own["verdict"] == "pass" and own["delta"] > 0.25, own     # under its 150 % bar
