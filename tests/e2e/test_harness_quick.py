@@ -147,8 +147,8 @@ def test_a_uniform_50_percent_slowdown_fails_quick_on_the_median_gates(runs):
                if (c["workload"], c["metric"]) == ("gsm8k", "median_step_ms"))
     # V2's clean excess over V1 times 1.5 is about +70 %; on CPU the step moves by more
     # than the ruler's share (+131 % seen; docs/detection-power.md, "The ruler"); a ruler
-    # that ran away (its base taking in its own cost without end) goes past 2
-    assert 0.2 < med["delta"] < 2.0, med
+    # that ran away (its base taking in its own cost without end) goes past 3
+    assert 0.2 < med["delta"] < 3.0, med
     assert all(c["verdict"] == "pass" for c in summary["checks"]
                if c["metric"] == "token_agreement")
 

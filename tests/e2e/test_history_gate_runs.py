@@ -8,9 +8,11 @@ from mrbench.harness.cli import main
 
 pytestmark = pytest.mark.slow       # harness runs with engines: CI runs them
 
-# The own median bar is loose, as a V2-against-V1 bar must be; the history bar is tight
+# The own median bar is loose, as a V2-against-V1 bar must be; the history bar is tight.
+# The own bar is looser still than any V2-against-V1 bar: on a slow 2-core machine the
+# ruler below moved the step by up to twice its share (docs/detection-power.md, "The ruler")
 SUITE = """name: hist
-thresholds: {median_rel: 1.5, history_rel: 0.25, latency_metrics: [median_step_ms]}
+thresholds: {median_rel: 3.0, history_rel: 0.25, latency_metrics: [median_step_ms]}
 workloads:
   - id: g
     workload: gsm8k
@@ -40,10 +42,8 @@ def test_a_slowdown_under_the_own_bar_is_caught_against_the_history(tmp_path):
     code, out = run("clean")
     c, verdict = _check(out, "median_step_ms_vs_history")
     assert c["verdict"] == "pass" and verdict == "pass", c
-    # 40 %, not nearer the own bar: on CPU the step moves by more than the ruler's share
-    # (docs/detection-power.md, "The ruler": up to ~2x on a slow 2-core machine)
     code, out = run("slow", "--fault", "slow-step:40")
     own, _ = _check(out, "median_step_ms")
     c, verdict = _check(out, "median_step_ms_vs_history")
-    assert own["verdict"] == "pass" and own["delta"] > 0.25, own     # under its 150 % bar
+    assert own["verdict"] == "pass" and own["delta"] > 0.25, own     # under its 300 % bar
     assert c["verdict"] == "regression" and code == 1, c
