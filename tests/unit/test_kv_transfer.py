@@ -16,7 +16,10 @@ from mrbench.harness.record.metrics import LATENCY, LATENCY_METRICS
 from mrbench.harness.run.targets.base import SideSpec
 from mrbench.harness.run.targets.vllm.engine_args import pd_engine_kwargs
 from mrbench.harness.run.targets.vllm.environment import (
+    MIN_KV_CACHE_BYTES,
+    NIXL_KV_HEADROOM,
     engine_env,
+    nixl_kv_cache_bytes,
     pd_worker_binding,
     runners_in_workers,
 )
@@ -188,3 +191,13 @@ def test_a_connector_call_is_timed_inside_the_transfer_range():
     assert out.tolist() == [2.0, 2.0]
     assert any(e.name == TRANSFER_LABEL for e in prof.events())
     assert kv_timing.take() >= 0.01 and kv_timing.take() == 0.0
+
+
+def test_a_nixl_engine_registers_a_bench_sized_kv_cache_not_its_whole_share():
+    """A PD engine under NIXL gets at most NIXL_KV_HEADROOM times every slot at full
+    context (what it registers with NIXL at start), never more than its planned share and
+    never under the floor every planned cache has."""
+    least = 1 << 30                          # llama-1b: 4 slots x 8192 tokens x 32 KiB
+    assert nixl_kv_cache_bytes(40 << 30, least) == NIXL_KV_HEADROOM * least
+    assert nixl_kv_cache_bytes(300 << 20, least) == 300 << 20          # the share is less
+    assert nixl_kv_cache_bytes(40 << 30, 1 << 20) == MIN_KV_CACHE_BYTES

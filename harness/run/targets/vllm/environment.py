@@ -150,6 +150,26 @@ def planned_kv_cache_bytes(share: float, total: int, weights: int) -> int:
     return max(MIN_KV_CACHE_BYTES, int(share * total) - weights - ENGINE_OVERHEAD_BYTES)
 
 
+# A NIXL PD engine's KV cache holds this many times every slot at full context, at most.
+NIXL_KV_HEADROOM = 2
+
+
+def nixl_kv_cache_bytes(planned: int, least: int) -> int:
+    """`kv_cache_memory_bytes` for an engine of a PD pair joined by NIXL: the planned size
+    (`planned_kv_cache_bytes`), capped at NIXL_KV_HEADROOM times `least` (`min_kv_bytes`:
+    every slot at full context), never under MIN_KV_CACHE_BYTES.
+
+    Why cap: vLLM's NIXL worker registers the whole KV cache with the NIXL agent at start
+    (the memory, then one transfer descriptor per layer region per block), and a planned
+    cache is the engine's share of the GPU less its weights, registered whole for a pair
+    that serves a few slots. Twice their full context never preempts and leaves room for
+    prefixes reused across waves (llama-1b at 4 slots: 2 GB). With the caches warm a NIXL
+    engine's `LLM()` took 77-92 s on an 80 GB GPU, compiling 11-17 s of it
+    (docs/vllm-gpu.md, "PD through NIXL"); how much of the rest registration was is not
+    measured yet. Both sides of a comparison are capped alike."""
+    return max(MIN_KV_CACHE_BYTES, min(planned, NIXL_KV_HEADROOM * least))
+
+
 # Engine arguments that put the model runners in worker processes, one per rank.
 PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 

@@ -7,11 +7,13 @@ decode engine as vLLM's disaggregation proxy does (the class docstring says how)
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,7 +38,9 @@ from .engine_args import llm_kwargs, pd_block_size, pd_engine_kwargs
 from .environment import (
     engine_env,
     kv_faults,
+    min_kv_bytes,
     nixl,
+    nixl_kv_cache_bytes,
     pd_worker_binding,
     planned_kv_cache_bytes,
     runners_in_workers,
@@ -98,14 +102,19 @@ class VllmSession:
         self.reads_dispatch = side.device.startswith("cuda") and not self.in_workers
         if self.reads_dispatch:
             dispatch.install()      # before the engine exists: its warmup is recorded
+        self.nixl = nixl(side, options)
         kw = llm_kwargs(side, options, model, max_model_len)
         if side.device.startswith("cuda"):
             kw["kv_cache_memory_bytes"] = planned_kv_cache_bytes(
                 kw["gpu_memory_utilization"], torch.cuda.mem_get_info()[1], weight_bytes(model))
+            if self.nixl:
+                config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
+                kw["kv_cache_memory_bytes"] = nixl_kv_cache_bytes(
+                    kw["kv_cache_memory_bytes"],
+                    min_kv_bytes(side, options, config, max_model_len))
         self._kv_dir: str | None = None
         self.engines: dict[str, VllmEngine] = {}
         self.ranks: ranks.Ranks | None = None
-        self.nixl = nixl(side, options)
         self.transfers = pd_nixl.Transfers()
         if self.pd and not self.nixl:
             self._kv_dir = tempfile.mkdtemp(prefix="mrbench-kv-",
