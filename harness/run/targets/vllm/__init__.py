@@ -176,7 +176,8 @@ class VllmTarget:
 
     def open(self, side: SideSpec, options: EngineOptions) -> VllmSession:
         self.validate(side)
-        return VllmSession(side, options, self._model_dir(side), self.context_len(side))
+        model, config = self._model_config(side)
+        return VllmSession(side, options, model, config, self.context_len(side))
 
     def check_engine_args(self, side: SideSpec, args: FrozenArgs) -> None:
         """Against the EngineArgs of the vLLM `side` will run (engine_args says how and

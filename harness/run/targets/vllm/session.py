@@ -7,13 +7,11 @@ decode engine as vLLM's disaggregation proxy does (the class docstring says how)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,7 +73,7 @@ class VllmSession:
     step_label = phases.STEP_LABEL
 
     def __init__(self, side: SideSpec, options: EngineOptions, model: str,
-                 max_model_len: int) -> None:
+                 model_config: dict, max_model_len: int) -> None:
         began = time.perf_counter()
         why = unsupported_reason(side, options)
         if why:
@@ -108,10 +106,9 @@ class VllmSession:
             kw["kv_cache_memory_bytes"] = planned_kv_cache_bytes(
                 kw["gpu_memory_utilization"], torch.cuda.mem_get_info()[1], weight_bytes(model))
             if self.nixl:
-                config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
                 kw["kv_cache_memory_bytes"] = nixl_kv_cache_bytes(
                     kw["kv_cache_memory_bytes"],
-                    min_kv_bytes(side, options, config, max_model_len))
+                    min_kv_bytes(side, options, model_config, max_model_len))
         self._kv_dir: str | None = None
         self.engines: dict[str, VllmEngine] = {}
         self.ranks: ranks.Ranks | None = None
