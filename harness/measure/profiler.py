@@ -221,6 +221,35 @@ def _inside_own(outer: np.ndarray, tid: np.ndarray, t0: np.ndarray, t1: np.ndarr
     return out
 
 
+@contextmanager
+def _no_huge_page_advice() -> Iterator[None]:
+    """numpy's large arrays without madvise(MADV_HUGEPAGE) while the counts are made.
+
+    Why: numpy advises huge pages for every array of 4 MiB or more (its default on Linux),
+    and a large pass's count arrays are that big (quick's `gsm8k-pd`). One such advice puts
+    the engine's process on khugepaged's list for life: on a machine whose transparent huge
+    pages are `madvise` (the default), the kernel thread then scans it every 10 s and
+    collapses its memory into huge pages, 100-300 ms of CPU a burst. On 2 cores the step a
+    burst overlaps loses a core: bundled spec-decode steps of 60-270 ms against a median of
+    7, seen only in workloads after the first large pass (thp_collapse_alloc in
+    /proc/vmstat counts the collapses). The runner's own arrays keep numpy's default: the
+    advice is off only while the harness counts, and restored after. (numpy's
+    NUMPY_MADVISE_HUGEPAGE=0 says the same for a whole process, read once at its import.)"""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage   # numpy 2
+    except ImportError:                                             # pragma: no cover
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage  # numpy 1
+        except ImportError:
+            yield
+            return
+    was = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(was)
+
+
 def count_per_step(events, step_label: str, phase_labels: dict[str, str],
                    device: str = "cpu") -> list[dict]:
     """One dict per step window, in time order: syncs per phase, listed sync ops, ops, allocs,
@@ -235,6 +264,12 @@ def count_per_step(events, step_label: str, phase_labels: dict[str, str],
 
     Arrays, not a loop over events: a profiled pass of 8 GSM8K prompts on CPU records
     ~400k events, and a Python loop over them took ~2 s of a ~10 s pass."""
+    with _no_huge_page_advice():
+        return _counted_per_step(events, step_label, phase_labels, device)
+
+
+def _counted_per_step(events, step_label: str, phase_labels: dict[str, str],
+                      device: str) -> list[dict]:
     phases = list(phase_labels)
     listed = LISTED_OPS + CUDA_SYNC_CALLS
     # the columns, one pass each (zip(*events) took 1 s over 700k events)
