@@ -7,6 +7,8 @@ nested and overlapping phases, ties, events outside every step and straddling a 
 end, on CPU and CUDA rules."""
 import bisect
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -321,33 +323,40 @@ def test_the_gpus_copy_of_a_phase_does_not_take_the_hosts_output_wait():
     assert [r["syncs_sample"] for r in rows] == [0, 1, 0, 0, 1, 0]
 
 
-def _advised_huge(a: np.ndarray) -> bool:
-    """Whether the kernel holds `a`'s mapping as madvise(MADV_HUGEPAGE)d (VmFlags `hg`)."""
-    addr = a.__array_interface__["data"][0] + a.nbytes // 2   # numpy advises from the
-    # first whole page on, a mapping of its own
+
+_ADVICE_PROBE = """
+import numpy as np
+from mrbench.harness.measure.profiler import _no_huge_page_advice
+
+def advised(a):  # the kernel's VmFlags of the array's middle: numpy advises from its first
+    addr = a.__array_interface__["data"][0] + a.nbytes // 2    # whole page on
     in_it = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                in_it = lo <= addr < hi
-            elif in_it and head == "VmFlags:":
-                return "hg" in line.split()[1:]
-    raise AssertionError("the array's mapping is not in /proc/self/smaps")
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            in_it = lo <= addr < hi
+        elif in_it and head == "VmFlags:":
+            return "hg" in line.split()[1:]
+
+outside = np.ones(2 << 20)                      # 16 MiB
+with _no_huge_page_advice():
+    inside = np.ones(2 << 20)
+after = np.ones(2 << 20)
+print(advised(outside), advised(inside), advised(after))
+"""
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's smaps")
 def test_the_counts_own_large_arrays_ask_for_no_huge_pages():
     """numpy advises huge pages for arrays of 4 MiB or more, which puts a process on
     khugepaged's list for life (bursts of 100-300 ms on a 2-core machine): the count arrays
-    must not, and the runner's own arrays keep numpy's advice."""
-    from mrbench.harness.measure.profiler import _no_huge_page_advice
-    outside = np.ones(2 << 20)                      # 16 MiB
-    with _no_huge_page_advice():
-        inside = np.ones(2 << 20)
-    after = np.ones(2 << 20)
-    assert not _advised_huge(inside)
-    assert _advised_huge(outside) == _advised_huge(after)
-    if not _advised_huge(outside):
+    must not be advised, and the runner's own arrays keep numpy's advice. In a process of
+    its own: the allocator's state in a long one (an earlier array's advised memory reused)
+    would say nothing of the advice."""
+    out = subprocess.run([sys.executable, "-c", _ADVICE_PROBE], capture_output=True,
+                         text=True, check=True).stdout.split()
+    outside, inside, after = (x == "True" for x in out)
+    if not outside:
         pytest.skip("this numpy advises no huge pages at all (NUMPY_MADVISE_HUGEPAGE=0)")
+    assert not inside and after
