@@ -29,8 +29,9 @@ class Heterogeneity:
     """How far independent runs' estimates of one quantity spread beyond each run's own
     standard error (``method``): Cochran's Q on ``df`` degrees of freedom and its p-value,
     I^2 (the share of the spread that is between runs), ``tau`` (the between-run standard
-    deviation, on the estimates' scale) and ``se_ratio`` (the estimates' standard deviation
-    over their root-mean-square standard error: about 1 when each run's CI is honest)."""
+    deviation, on the estimates' scale) and ``se_ratio`` (Higgins' H, sqrt(Q / df): how many
+    times their own standard errors the estimates spread; about 1 when each run's CI is
+    honest)."""
 
     runs: int
     q: float
@@ -154,7 +155,7 @@ def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Hete
         raise ValueError(f"estimates and std_errors differ in length ({e.size} vs {se.size})")
     ok = np.isfinite(e) & np.isfinite(se) & (se > 0)
     e, se = e[ok], se[ok]
-    method = "Cochran's Q (chi^2, k-1 df), I^2, DerSimonian-Laird tau"
+    method = "Cochran's Q (chi^2, k-1 df), I^2, Higgins' H, DerSimonian-Laird tau"
     k = int(e.size)
     if k < 3:
         return Heterogeneity(k, _NAN, max(k - 1, 0), _NAN, _NAN, _NAN, _NAN, method)
@@ -164,7 +165,10 @@ def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Hete
     df = k - 1
     i2 = max(0.0, (q - df) / q) if q > 0 else 0.0
     tau2 = max(0.0, (q - df) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
-    ratio = float(np.std(e, ddof=1) / math.sqrt(np.mean(se**2)))
+    # H, not sd(estimates) / rms(SE): where the units' errors differ (a noisy run's pairs
+    # beside quiet ones) the quiet units' spread is what Q weighs, and the plain ratio,
+    # dominated by the noisy units' errors, read 0.6x beside a Q of p 1e-9
+    ratio = math.sqrt(q / df)
     return Heterogeneity(k, q, df, float(_st.chi2.sf(q, df)), i2, math.sqrt(tau2), ratio,
                          method)
 

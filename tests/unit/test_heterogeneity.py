@@ -93,3 +93,18 @@ def test_runs_over_engine_pairs_are_measured_pair_by_pair():
     assert 1.0 < h.tau_pct < 3.5 and h.p_value < 1e-6
     line = fmt_heterogeneity(aggregate_calibration(suite, runs).checks)[0]
     assert "12 engine pairs" in line and "pair_sd_rel" in line
+
+
+def test_the_spread_ratio_agrees_with_q_where_the_units_errors_differ():
+    """Pairs that spread +-1.5 %, 18 of them with SEs of 0.5 % and 6 (one noisy run's) with
+    SEs of 5 % that overstate their noise, as a run whose waves were disturbed does: Q finds
+    the spread, and the ratio reported beside it must say more than 1x (Higgins' H), not
+    the 0.6x that sd(estimates) over the RMS error gives."""
+    rng = np.random.default_rng(11)
+    se = np.r_[np.full(18, 0.005), np.full(6, 0.05)]
+    est = rng.normal(0, 0.015, 24) + rng.normal(0, 0.005, 24)
+    h = stats_across_runs.heterogeneity_cochran_q(est, se)
+    assert h.p_value < 1e-3
+    assert h.se_ratio == pytest.approx(math.sqrt(h.q / h.df))
+    assert h.se_ratio > 1.5
+    assert np.std(est, ddof=1) / math.sqrt(np.mean(se**2)) < 1.0   # what the old ratio read
