@@ -167,7 +167,7 @@ def heterogeneity_cochran_q(estimates: ArrayLike, std_errors: ArrayLike) -> Hete
     tau2 = max(0.0, (q - df) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
     # H, not sd(estimates) / rms(SE): where the units' errors differ (a noisy run's pairs
     # beside quiet ones) the quiet units' spread is what Q weighs, and the plain ratio,
-    # dominated by the noisy units' errors, read 0.6x beside a Q of p 1e-9
+    # dominated by the noisy units' errors, read 0.59x beside a Q of p 2e-9
     ratio = math.sqrt(q / df)
     return Heterogeneity(k, q, df, float(_st.chi2.sf(q, df)), i2, math.sqrt(tau2), ratio,
                          method)
