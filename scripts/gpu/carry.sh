@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The folders a GPU study carries to the device machine, made in a fresh checkout. Each is
-# ignored through .git/info/exclude, and each call to the device machine carries at most
-# 64 MiB, the tracked tree (~16 MB) included, so the vLLM kit travels in two calls:
-#   .kit0/     part_00 of the kit, with install-kit.sh, env.sh, SHA256SUMS: carried alone,
+# The folders a GPU study copies beside the tree to a GPU machine that gets only a copy of
+# the checkout, made in a fresh checkout. Each is ignored through .git/info/exclude; a
+# transfer holds at most 64 MiB, the tracked tree (~16 MB) included, so the vLLM kit goes
+# in two transfers:
+#   .kit0/     part_00 of the kit, with install-kit.sh, env.sh, SHA256SUMS: sent alone,
 #              first (`bash .kit0/install-kit.sh .kit0` exits 10, waiting for part_01)
-#   .kit1/     part_01 and the same three files: carried next, with .gpudata
+#   .kit1/     part_01 and the same three files: sent next, with .gpudata
 #   .gpudata/  what the GPU suites read through MRBENCH_DATA_DIR: GSM8K's test split (gpu-ab
 #              asks 1152 problems, the package ships 256) and the Mooncake and Azure traces,
 #              with their licences; not GSM8K's train split (4 MB no suite reads, which would
-#              put .kit1's call over the limit)
+#              put .kit1's transfer over the limit)
 #   .nixlkit/  nixl-site.tar.xz (scripts/gpu/nixl_site.sh) for `--kv-connector nixl`,
-#              carried in a call of its own
+#              sent in a transfer of its own
 # Usage: scripts/gpu/carry.sh [PARTS_DIR]   (default /tmp/vllm-kit-parts: where
 #   build-kit.sh writes the kit's parts when PARTS_DIR holds none, 3-5 min on 2 cores)
 # Env: VLLM_GPU_KIT (default ../shared/vllm-gpu beside the checkout), MRBENCH_DATA_DIR
@@ -56,4 +57,4 @@ fi
 du -sh --apparent-size .kit0 .kit1 .gpudata .nixlkit 2>/dev/null || true
 tree=$(git ls-files -z | du -cb --apparent-size --files0-from=- | tail -1 | cut -f1)
 kit1=$(du -sb --apparent-size .kit1 .gpudata | awk '{s += $1} END {print s}')
-echo "carry.sh: the tree and .kit1 + .gpudata come to $(( (tree + kit1) >> 20 )) MiB of the 64 a call carries"
+echo "carry.sh: the tree and .kit1 + .gpudata come to $(( (tree + kit1) >> 20 )) MiB of the 64 a transfer holds"
