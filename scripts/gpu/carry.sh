@@ -34,19 +34,19 @@ for d in .kit0/ .kit1/ .gpudata/ .nixlkit/; do
   grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"
 done
 if [[ ! -f $parts/SHA256SUMS ]]; then
-  echo "carry.sh: building the kit into $parts (3-5 min)"
+  echo "carry.sh: building the kit into $parts (3-5 min; its log: $parts.log)"
   bash "$kit/build-kit.sh" "$parts" > "$parts.log" 2>&1 || {
     echo "carry.sh: build-kit.sh failed; its log: $parts.log"; exit 1; }
 fi
 for i in 0 1; do
   dest=.kit$i
   [[ -f $dest/part_0$i ]] && continue
-  mkdir -p "$dest.tmp"
+  rm -rf "$dest.tmp"; mkdir "$dest.tmp"     # a copy cut short is made again, never used
   cp "$parts/part_0$i" "$parts/SHA256SUMS" "$kit/install-kit.sh" "$kit/env.sh" "$dest.tmp/"
   mv "$dest.tmp" "$dest"
 done
 if [[ ! -d .gpudata ]]; then
-  mkdir -p .gpudata.tmp/gsm8k
+  rm -rf .gpudata.tmp; mkdir -p .gpudata.tmp/gsm8k
   cp "$data"/gsm8k/test.jsonl "$data"/gsm8k/LICENSE* .gpudata.tmp/gsm8k/
   [[ -d $data/traces ]] && cp -r "$data/traces" .gpudata.tmp/
   mv .gpudata.tmp .gpudata
