@@ -13,7 +13,8 @@
 #   .nixlkit/  nixl-site.tar.xz (scripts/gpu/nixl_site.sh) for `--kv-connector nixl`,
 #              sent in a transfer of its own
 # Usage: scripts/gpu/carry.sh [PARTS_DIR]   (default /tmp/vllm-kit-parts: where
-#   build-kit.sh writes the kit's parts when PARTS_DIR holds none, 3-5 min on 2 cores)
+#   build-kit.sh writes the kit's parts when PARTS_DIR holds none and .kit0/.kit1 are not
+#   both made, 3-5 min on 2 cores)
 # Env: VLLM_GPU_KIT (default ../shared/vllm-gpu beside the checkout), MRBENCH_DATA_DIR
 #   (default ../shared/data), NIXL=0 to skip .nixlkit (it downloads two wheels).
 # Folders already made are kept; delete one to make it again.
@@ -33,7 +34,7 @@ mkdir -p "$(dirname "$exclude")"
 for d in .kit0/ .kit1/ .gpudata/ .nixlkit/; do
   grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"
 done
-if [[ ! -f $parts/SHA256SUMS ]]; then
+if [[ ! -f $parts/SHA256SUMS && ! ( -f .kit0/part_00 && -f .kit1/part_01 ) ]]; then
   echo "carry.sh: building the kit into $parts (3-5 min; its log: $parts.log)"
   bash "$kit/build-kit.sh" "$parts" > "$parts.log" 2>&1 || {
     echo "carry.sh: build-kit.sh failed; its log: $parts.log"; exit 1; }
