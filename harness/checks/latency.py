@@ -248,7 +248,7 @@ def _across_pairs(waves: list[int], logr: np.ndarray, pair_of: dict[int, int],
                   ) -> tuple[stats_across_runs.PooledEstimate | None, list[list[float]], str]:
     """Each engine pair's log ratio (the Hodges-Lehmann estimate over its waves, its
     standard error from that CI's width) pooled over the pairs with a between-pair sd of
-    at least the suite's `pair_sd_rel` (stats_across_runs.random_effects_mean_dl): a pair's
+    at least the suite's `pair_sd_rel` (stats_across_runs.random_effects_mean_hksj): a pair's
     own offset is in the CI however many waves it ran. (None, why) where no pair has
     MIN_WAVES waves (None, [], why); else (pooled, each pair's [log ratio, standard error],
     a note with each pair's figure)."""
@@ -267,7 +267,7 @@ def _across_pairs(waves: list[int], logr: np.ndarray, pair_of: dict[int, int],
     if not est:
         return None, [], f"no engine pair has {MIN_WAVES} waves{left_out}"
     tau_floor = math.log1p(th.pair_sd_rel or 0.0)
-    pooled = stats_across_runs.random_effects_mean_dl(est, se, tau_floor, level)
+    pooled = stats_across_runs.random_effects_mean_hksj(est, se, tau_floor, level)
     return pooled, [[e, s] for e, s in zip(est, se)], (f"engine pairs {', '.join(said)}; between pairs sd "
                     f"{math.expm1(pooled.tau):.1%} ({pooled.tau_source}){left_out}")
 

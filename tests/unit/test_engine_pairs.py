@@ -9,7 +9,7 @@ import pytest
 
 from mrbench.contract import SideResult
 from mrbench.harness.checks.latency import latency_check
-from mrbench.harness.checks.stats_across_runs import random_effects_mean_dl
+from mrbench.harness.checks.stats_across_runs import random_effects_mean_hksj
 from mrbench.harness.record.suite import Thresholds, WorkloadEntry
 from mrbench.harness.run.execute import pair_bounds
 
@@ -30,7 +30,7 @@ def test_engine_pairs_bounded_in_the_suite():
 
 
 def test_one_unit_takes_the_calibrated_spread():
-    r = random_effects_mean_dl([0.03], [0.001], tau_floor=0.02, level=0.90)
+    r = random_effects_mean_hksj([0.03], [0.001], tau_floor=0.02, level=0.90)
     assert r.units == 1 and r.tau == 0.02 and r.tau_source == "calibrated"
     sd = math.sqrt(0.001**2 + 0.02**2)
     assert r.hi - r.lo == pytest.approx(2 * 1.6448536 * sd, rel=1e-6)
@@ -39,18 +39,18 @@ def test_one_unit_takes_the_calibrated_spread():
 
 def test_units_that_spread_more_than_calibrated_widen_the_ci():
     e, se = [0.05, -0.05, 0.04, -0.04], [0.002] * 4
-    r = random_effects_mean_dl(e, se, tau_floor=0.01)
+    r = random_effects_mean_hksj(e, se, tau_floor=0.01)
     assert r.tau_source == "these units" and r.tau > 0.03
-    quiet = random_effects_mean_dl([0.001, -0.001, 0.0, 0.0005], se, tau_floor=0.01)
+    quiet = random_effects_mean_hksj([0.001, -0.001, 0.0, 0.0005], se, tau_floor=0.01)
     assert quiet.tau_source == "calibrated" and quiet.tau == 0.01
 
 
 def test_bad_units_are_left_out():
-    r = random_effects_mean_dl([0.01, float("nan"), 0.02], [0.01, 0.01, 0.0], tau_floor=0.0)
+    r = random_effects_mean_hksj([0.01, float("nan"), 0.02], [0.01, 0.01, 0.0], tau_floor=0.0)
     assert r.units == 1 and r.estimate == pytest.approx(0.01)
-    assert math.isnan(random_effects_mean_dl([], [], tau_floor=0.01).estimate)
+    assert math.isnan(random_effects_mean_hksj([], [], tau_floor=0.01).estimate)
     with pytest.raises(ValueError):
-        random_effects_mean_dl([0.01], [0.01], tau_floor=-1.0)
+        random_effects_mean_hksj([0.01], [0.01], tau_floor=-1.0)
 
 
 def _paired(rng, offsets: list[float], shift: float = 0.0, waves_per_pair: int = 16,
@@ -102,3 +102,35 @@ def test_a_pair_with_too_few_waves_is_left_out_and_said():
     b = SideResult(steps=[r for r in base.steps if r["wave"] < 20])
     c = latency_check("w", "median_step_ms", b, SideResult(**short), TH)
     assert len(c.pairs) == 2 and "1 pair(s) of under 6 waves left out" in c.note
+
+
+# Six engine pairs' (log ratio, standard error) of median step from two gpu-ab runs on one
+# H100 (docs/detection-power.md, "Pooling engine pairs"): an A/A run on a host whose waves
+# swung 2x, and the +5 % ruler on a quiet one.
+_AA_NOISY = ([-0.0480, 0.0774, 0.0485, 0.0449, -0.0090, 0.0629],
+             [0.0627, 0.0631, 0.0621, 0.0277, 0.0551, 0.0469])
+_RULER_5 = ([0.044, 0.058, 0.038, 0.043, 0.050, 0.077],
+            [0.005, 0.010, 0.008, 0.012, 0.011, 0.040])
+
+
+def test_six_noisy_pairs_are_judged_on_t_not_normal():
+    from scipy import stats as st
+    r = random_effects_mean_hksj(*_AA_NOISY, tau_floor=math.log1p(0.02), level=0.90)
+    assert r.estimate == pytest.approx(0.0351, abs=1e-3)
+    normal_p = st.norm.sf(r.estimate / math.sqrt(1 / np.sum(
+        1 / (np.array(_AA_NOISY[1]) ** 2 + r.tau**2))))
+    assert normal_p < 0.05 < r.p_greater          # 0.049 under a normal CI, 0.079 here
+    assert "Hartung-Knapp" in r.method and "5 df" in r.method
+
+
+def test_the_ruler_stays_significant():
+    r = random_effects_mean_hksj(*_RULER_5, tau_floor=math.log1p(0.02), level=0.90)
+    assert math.expm1(r.estimate) > 0.045 and r.p_greater < 0.01
+
+
+def test_units_that_agree_by_chance_never_narrow_the_ci():
+    se = [0.01] * 6
+    close = random_effects_mean_hksj([0.020, 0.0201, 0.0199, 0.020, 0.0200, 0.0201], se,
+                                     tau_floor=0.0)
+    t5 = 2.5705818366147395                        # t(5) at 0.975: 95 % two-sided
+    assert close.hi - close.estimate == pytest.approx(t5 * 0.01 / math.sqrt(6), rel=1e-6)
