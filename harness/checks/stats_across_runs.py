@@ -206,10 +206,9 @@ def random_effects_mean_hksj(estimates: ArrayLike, std_errors: ArrayLike, tau_fl
     more than that widens its own CI.
 
     Why HKSJ and not DerSimonian-Laird's normal CI: the normal CI takes every weight as
-    known, and with six pairs whose standard errors are each read off 12 waves it is too
-    narrow; on a host whose waves swing 2x, an A/A run of `gpu-ab` came out +3.6 % at
-    p 0.049 under the normal CI, 0.079 under this one, while the +5 % ruler stays caught
-    on all four latency checks (docs/detection-power.md, "Pooling engine pairs").
+    known, and six pairs' standard errors, each read off a dozen waves, are not: it is too
+    narrow, most where the waves are noisy (docs/detection-power.md, "Pooling engine
+    pairs", judges an A/A run and the ruler both ways).
     One unit: no dispersion to read, so tau is the floor and the CI normal. Units with a
     missing or non-positive standard error are left out; none left: NaN."""
     e = _as_1d_float(estimates, "estimates", dropna=False)

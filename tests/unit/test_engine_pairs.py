@@ -104,9 +104,9 @@ def test_a_pair_with_too_few_waves_is_left_out_and_said():
     assert len(c.pairs) == 2 and "1 pair(s) of under 6 waves left out" in c.note
 
 
-# Six engine pairs' (log ratio, standard error) of median step from two gpu-ab runs on one
-# H100 (docs/detection-power.md, "Pooling engine pairs"): an A/A run on a host whose waves
-# swung 2x, and the +5 % ruler on a quiet one.
+# Six engine pairs' (log ratio, standard error) of median step from two gpu-ab runs
+# (docs/detection-power.md, "Pooling engine pairs"): an A/A run whose waves swung 2x, and
+# the +5 % ruler on a quiet host.
 _AA_NOISY = ([-0.0480, 0.0774, 0.0485, 0.0449, -0.0090, 0.0629],
              [0.0627, 0.0631, 0.0621, 0.0277, 0.0551, 0.0469])
 _RULER_5 = ([0.044, 0.058, 0.038, 0.043, 0.050, 0.077],
