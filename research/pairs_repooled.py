@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
             manifest, s = read_run(summary.parent)
             th = manifest["suite"]["thresholds"]
             for c in s["checks"]:
-                if len(c.get("pairs") or []) < 2:
-                    continue
+                if len(c.get("pairs") or []) < 2 or (c.get("bar") or {}).get("value") is None:
+                    continue                    # one pair: pooled as before; or not gated
                 rel, p, verdict = _repooled(c, th.get("pair_sd_rel") or 0.0, th["alpha"])
                 stored = f"{c['delta']:+.1%} p {c['p_value']:.2g} {c['verdict']}"
                 print(f"{summary.parent.name:<22} {c['workload'] + '/' + c['metric']:<26} "
